@@ -1,0 +1,443 @@
+"""Exact kernel ODM: dual coordinate descent engineered like LIBSVM / LIBLINEAR.
+
+* The solver keeps ``f = K nu`` with ``nu_i = y_i (zeta_i - beta_i)`` (so ``u = Q(zeta - beta)``
+  is ``y * f``) and updates each instance's pair ``(zeta_i, beta_i)`` together and exactly
+  (closed form in :mod:`solver._numba_kernels`); one kernel column per changed pair.
+* Coordinates are visited in a fresh random permutation every epoch.
+* Shrinking (LIBLINEAR rule): an instance at ``zeta = beta = 0`` whose two gradients both exceed
+  the previous epoch's max violation is dropped from the sweep; when the remaining ones meet the
+  tolerance but the full problem does not, every instance is brought back.
+* Stop when the max projected-gradient violation over *all* instances is ``<= tol`` (checked
+  exactly from ``f`` after every epoch, O(m)); after ``max_iter`` epochs warn with
+  ``ConvergenceWarning``.
+* Ill-conditioned problems (large ``lam``, wide kernels) make coordinate descent crawl (its
+  epochs grow with the condition number).  From epoch 20 on, when the observed linear rate
+  extrapolates to more than twice the epochs already spent, an active-set Newton solve
+  (primal-dual active set with preconditioned CG on the face; full-matrix mode) is tried under
+  a mat-vec budget; it returns a point meeting the same tolerance or leaves the iterate alone.
+* Kernel values: if the whole m x m matrix fits in ``cache_size`` MB it is computed once with
+  BLAS blocks (float64 if that fits, else float32 like LIBSVM's cache); otherwise a fixed number
+  of column slots (float32) is filled on demand, in batches computed with BLAS, evicting the
+  least recently used columns, so memory never exceeds the budget.  In that mode each epoch
+  visits the instances whose columns are cached first, so a support set larger than the
+  cache costs only the overflow in recomputed columns per epoch (not every column, which is
+  what LRU under a random cyclic order would give).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+
+from solver import _numba_kernels as nk
+from solver.formulation import ODMParams, dual_objective
+from solver.kernels import Kernel, kernel_diag, kernel_matrix
+
+__all__ = ["DualResult", "solve_kernel_dual", "kernel_kkt_violation", "kernel_decision"]
+
+_MB = 1 << 20
+_POLL_SECONDS = 0.25  # poll should_stop inside an epoch at most this often
+_FETCH_BATCH = 128  # max kernel columns computed per BLAS call in cache mode
+
+
+@dataclass
+class DualResult:
+    """Solution of the kernel ODM dual; ``alpha`` is ``(m, 2)`` = [zeta, beta] per instance."""
+
+    alpha: np.ndarray
+    n_iter: int
+    kkt_violation: float
+    objective: float
+    converged: bool
+    stopped: bool
+
+
+def _prep_X(X):
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        X.sort_indices()
+        return X
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
+    return X
+
+
+def _prep_y(y, m: int) -> np.ndarray:
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if y.shape[0] != m:
+        raise ValueError(f"X has {m} rows but y has {y.shape[0]} entries")
+    if not np.all((y == 1.0) | (y == -1.0)):
+        raise ValueError("y must contain only -1 and +1")
+    return y
+
+
+def _prep_alpha0(alpha0, m: int) -> np.ndarray:
+    if alpha0 is None:
+        return np.zeros((m, 2))
+    a = np.array(alpha0, dtype=np.float64, copy=True, order="C")
+    if a.shape != (m, 2):
+        raise ValueError(f"alpha0 must have shape ({m}, 2), got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("alpha0 must be finite")
+    return np.maximum(a, 0.0)
+
+
+def kernel_decision(X, kernel: Kernel, nu: np.ndarray, Z=None, *,
+                    block_elems: int = 1 << 22) -> np.ndarray:
+    """``f(z_j) = sum_i nu_i k(x_i, z_j)`` for every row of ``Z`` (default ``X``), in blocks
+    over the nonzero coefficients so only ``O(block)`` kernel entries exist at once."""
+    Z = X if Z is None else Z
+    nz = np.flatnonzero(nu)
+    out = np.zeros(Z.shape[0])
+    if nz.size == 0:
+        return out
+    Xs = X[nz]
+    nus = nu[nz]
+    step = max(1, block_elems // max(nz.size, 1))
+    for s in range(0, Z.shape[0], step):
+        e = min(Z.shape[0], s + step)
+        out[s:e] = kernel_matrix(kernel, Z[s:e], Xs) @ nus
+    return out
+
+
+def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,
+                         m_scale: float | None = None) -> float:
+    """Max projected-gradient violation of ``alpha`` for the kernel ODM dual on ``(X, y)``.
+
+    The gradient is computed in kernel blocks (never the whole matrix); SODM uses this for its
+    between-level convergence test.
+    """
+    params.validate()
+    X = _prep_X(X)
+    m = X.shape[0]
+    y = _prep_y(y, m)
+    a = _prep_alpha0(alpha, m)
+    m_scale = m if m_scale is None else m_scale
+    f = kernel_decision(X, kernel, y * (a[:, 0] - a[:, 1]))
+    dz, db = params.diag_terms(m_scale)
+    v = nk.pair_violations(f, y, a, dz, db, params.theta, np.empty(m))
+    return float(v.max()) if m else 0.0
+
+
+class _ColumnStore:
+    """Kernel columns for the sweep: the full matrix, or a bounded LRU set of column slots."""
+
+    def __init__(self, X, kernel: Kernel, budget_bytes: float, dtype=None) -> None:
+        m = X.shape[0]
+        self.X, self.kernel, self.m = X, kernel, m
+        if dtype is None:
+            dtype = np.float64 if 8.0 * m * m <= budget_bytes else np.float32
+        dtype = np.dtype(dtype)
+        self.full = m * m * dtype.itemsize <= budget_bytes or m <= 2
+        if self.full:
+            self.cache = kernel_matrix(kernel, X, dtype=dtype)  # symmetric: half the work
+            self.slot = np.arange(m, dtype=np.int64)
+            self.n_slots = m
+        else:
+            n_slots = int(budget_bytes // (dtype.itemsize * m))
+            self.n_slots = int(min(m, max(4, n_slots)))
+            self.cache = np.empty((self.n_slots, m), dtype=dtype)
+            self.slot = np.full(m, -1, dtype=np.int64)
+            self.owner = np.full(self.n_slots, -1, dtype=np.int64)
+        # columns computed per BLAS call: the temporary block stays within ~1/8 of the budget
+        self.batch_max = int(max(1, min(self.n_slots, budget_bytes / 8 // (8.0 * m))))
+        self.last_used = np.zeros(self.n_slots, dtype=np.int64)
+        self.tick = 1
+        self.n_computed = m if self.full else 0
+
+    def fetch(self, idx: np.ndarray) -> None:
+        """Compute the columns of ``idx`` (not cached) with one BLAS call, evicting LRU slots."""
+        idx = idx[self.slot[idx] < 0][: self.batch_max]
+        if idx.size == 0:
+            return
+        self.tick += 1
+        free = np.argpartition(self.last_used, idx.size - 1)[: idx.size] \
+            if idx.size < self.n_slots else np.arange(self.n_slots)
+        old = self.owner[free]
+        self.slot[old[old >= 0]] = -1
+        self.owner[free] = idx
+        self.slot[idx] = free
+        self.last_used[free] = self.tick
+        self.cache[free] = kernel_matrix(self.kernel, self.X[idx], self.X,
+                                         dtype=self.cache.dtype)
+        self.n_computed += idx.size
+
+
+def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
+                      m_scale: float | None = None, tol: float = 1e-3, max_iter: int = 1000,
+                      cache_size: float = 512, shrinking: bool = True, random_state=None,
+                      should_stop: Callable[[], bool] | None = None,
+                      kernel_dtype=None, newton: bool = True) -> DualResult:
+    """Solve the kernel ODM dual exactly by dual coordinate descent (see module docstring).
+
+    ``m_scale`` is the M of the ``(M c / 2)`` term (default ``len(y)``); ``cache_size`` is the
+    kernel memory budget in MB; ``max_iter`` counts epochs; ``should_stop()`` is polled after
+    every epoch and every ~0.25 s inside long epochs, and a stop returns the current iterate
+    with ``stopped=True``.  ``kernel_dtype`` forces the kernel storage type (default: float64
+    when the full matrix fits the budget in float64, float32 otherwise).  ``newton`` enables
+    the face Newton-CG step (full-matrix mode) whenever an epoch leaves the sign pattern of
+    ``alpha`` unchanged; it only accelerates, the optimum is the same.
+    """
+    params.validate()
+    kernel.validate()
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+    if not cache_size > 0:
+        raise ValueError(f"cache_size must be > 0 (MB), got {cache_size!r}")
+    X = _prep_X(X)
+    m = X.shape[0]
+    y = _prep_y(y, m)
+    alpha = _prep_alpha0(alpha0, m)
+    m_scale = float(m if m_scale is None else m_scale)
+    if not m_scale > 0:
+        raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
+    rng = np.random.default_rng(random_state) if not isinstance(
+        random_state, np.random.RandomState) else np.random.default_rng(
+        random_state.randint(0, 2**31 - 1))
+    dz, db = params.diag_terms(m_scale)
+    theta = float(params.theta)
+    if m == 0:
+        return DualResult(alpha, 0, 0.0, 0.0, True, False)
+
+    store = _ColumnStore(X, kernel, float(cache_size) * _MB, kernel_dtype)
+    kdiag = kernel_diag(kernel, X)
+    nu = y * (alpha[:, 0] - alpha[:, 1])
+    if not np.any(nu):
+        f = np.zeros(m)
+    elif store.full and store.cache.dtype == np.float64:
+        f = store.cache @ nu
+    elif store.full:
+        # float32 cache: ``cache @ nu`` would upcast the whole matrix to a float64 temporary
+        # (twice the budget); accumulate the nonzero rows in float64 instead
+        nz = np.flatnonzero(nu)
+        f = nk.rows_combination(store.cache, nz, nu[nz], np.empty(m))
+    else:
+        f = kernel_decision(X, kernel, nu)
+
+    active = np.ones(m, dtype=np.bool_)
+    viol = np.empty(m)
+    shrink_thr = np.inf
+    use_newton = bool(newton) and store.full
+    n_newton = 0
+    next_newton = 20
+    poll_state = {"t": time.monotonic(), "stop": False}
+
+    def poll() -> bool:
+        """should_stop(), asked at most every _POLL_SECONDS (sticky once True)."""
+        if should_stop is None or poll_state["stop"]:
+            return poll_state["stop"]
+        if time.monotonic() - poll_state["t"] > _POLL_SECONDS:
+            poll_state["t"] = time.monotonic()
+            poll_state["stop"] = bool(should_stop())
+        return poll_state["stop"]
+    kkts: list[float] = []
+    chunk = int(max(64, min(m, 20_000_000 // max(m, 1))))
+    converged = stopped = False
+    n_iter = 0
+    kkt = np.inf
+    for epoch in range(1, int(max_iter) + 1):
+        n_iter = epoch
+        order = rng.permutation(np.flatnonzero(active)).astype(np.int64)
+        if not store.full:
+            # cached columns first: a random cyclic order over more columns than the cache
+            # holds would miss on every column under LRU; this way only the overflow is
+            # recomputed each epoch
+            order = np.concatenate((order[store.slot[order] >= 0], order[store.slot[order] < 0]))
+        stats = np.zeros(3)
+        p, n = 0, order.shape[0]
+        while p < n:
+            stop_at = min(n, p + chunk)
+            store.tick += 1
+            p = nk.kernel_sweep(order, p, stop_at, store.slot, store.cache, store.last_used,
+                                store.tick, kdiag, y, alpha, f, dz, db, theta, active,
+                                shrink_thr, bool(shrinking), stats, nk.SKIP)
+            if p < stop_at:
+                _fetch_ahead(store, order, p, f, y, alpha, dz, db, theta)
+                continue
+            if poll():
+                stopped = True
+                break
+        if stopped:
+            break
+        nk.pair_violations(f, y, alpha, dz, db, theta, viol)
+        kkt = float(viol.max())
+        if kkt <= tol:
+            converged = True
+            break
+        kkts.append(kkt)
+        if use_newton and epoch >= next_newton:
+            remaining = _epochs_left(kkts, tol)
+            if remaining > 2 * epoch:
+                ok, used = _active_set_newton(store, kdiag, y, alpha, f, dz, db, theta, tol,
+                                              budget=int(min(remaining, 10 * epoch)),
+                                              abort=poll)
+                n_newton += 1
+                next_newton = 2 * epoch
+            else:
+                ok = False
+                next_newton = epoch + max(5, epoch // 4)
+            if ok:
+                active[:] = True
+                shrink_thr = np.inf
+                nk.pair_violations(f, y, alpha, dz, db, theta, viol)
+                kkt = float(viol.max())
+                if kkt <= tol:
+                    converged = True
+                    break
+        if shrinking:
+            if not active.all() and float(viol[active].max(initial=0.0)) <= tol:
+                active[:] = True
+                shrink_thr = np.inf
+            else:
+                shrink_thr = stats[0] if stats[0] > 0 else np.inf
+        if should_stop is not None:
+            poll_state["t"] = time.monotonic()
+            if poll_state["stop"] or should_stop():
+                stopped = True
+                break
+    if stopped or not np.isfinite(kkt):
+        nk.pair_violations(f, y, alpha, dz, db, theta, viol)
+        kkt = float(viol.max())
+        converged = kkt <= tol
+    if not converged and not stopped:
+        warnings.warn(
+            f"kernel ODM dual coordinate descent did not converge in {max_iter} epochs "
+            f"(KKT violation {kkt:.3g} > tol {tol:g})", ConvergenceWarning, stacklevel=2)
+    obj = dual_objective(y * f, alpha, params, m_scale)
+    return DualResult(alpha, n_iter, kkt, obj, converged, stopped)
+
+
+def _pcg(matvec, D, pinv, t, x, target: float, max_iter: int,
+         abort: Callable[[], bool] | None = None) -> tuple[np.ndarray, int]:
+    """Jacobi-preconditioned CG for ``(K_SS + diag(D)) x = t`` from ``x``; stops when the
+    max residual is ``<= target`` (or ``abort()`` says so). Returns ``(x, matvecs used)``."""
+    r = t - (matvec(x) + D * x)
+    used = 1
+    z = pinv * r
+    p = z.copy()
+    rz = float(r @ z)
+    while used < max_iter and np.abs(r).max() > target:
+        if abort is not None and abort():
+            return x, max_iter
+        Ap = matvec(p) + D * p
+        used += 1
+        pAp = float(p @ Ap)
+        if not pAp > 0:
+            break
+        step = rz / pAp
+        x = x + step * p
+        r -= step * Ap
+        z = pinv * r
+        rz_new = float(r @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x, used
+
+
+def _epochs_left(kkts: list[float], tol: float) -> float:
+    """Epochs coordinate descent still needs, extrapolating its linear rate between the
+    middle and the end of the history (minima over 5 epochs damp the oscillation)."""
+    e = len(kkts)
+    h = e // 2
+    a = min(kkts[max(0, h - 3): h + 2])
+    b = min(kkts[-5:])
+    if not b < a:
+        return float("inf")
+    rate = (b / a) ** (1.0 / max(1, e - 1 - h))
+    return float(np.log(tol / b) / np.log(rate)) if b > tol else 0.0
+
+
+def _active_set_newton(store: _ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol,
+                       budget: int, abort: Callable[[], bool] | None = None
+                       ) -> tuple[bool, int]:
+    """Primal-dual active-set (semismooth Newton) solve of the dual, full-matrix mode only.
+
+    Each instance is in one of three states: Z (zeta > 0), B (beta > 0) or O (both 0).  For a
+    fixed state the KKT conditions are the SPD system ``(K_SS + D) nu_S = t_S`` on
+    S = Z u B with ``D_i = M c upsilon, t_i = y_i (1-theta)`` on Z and ``D_i = M c,
+    t_i = y_i (1+theta)`` on B (its residual is exactly the KKT violation on S), solved by
+    preconditioned CG.  The states are then re-predicted from the solution (Z keeps members
+    with zeta > 0 and gains non-members with margin < 1-theta; B likewise above 1+theta) until
+    they stop changing, at which point the iterate satisfies every KKT condition.  Coordinate
+    descent needs O(condition number) epochs on ill-conditioned problems (large ``lam``, wide
+    kernels), CG about its square root.  ``budget`` caps the kernel mat-vecs (each costs
+    about one epoch).  On success ``alpha``/``f`` are overwritten and ``(True, used)`` is
+    returned; otherwise they are left untouched.
+    """
+    m = store.m
+    zs = alpha[:, 0] > 0
+    bs = alpha[:, 1] > 0
+    nu = y * (alpha[:, 0] - alpha[:, 1])
+    fcur = f.copy()
+    used = 0
+    buf = np.empty(m)
+    tight = False
+    loose = 10.0 * tol  # state prediction needs only rough solves
+    viol = np.empty(m)
+    cand = np.empty_like(alpha)
+    for _ in range(40):
+        u = y * fcur
+        ysn = y * nu  # = zeta on Z, -beta on B
+        if used > 0 and not np.any(zs & (ysn < 0)) and not np.any(bs & (ysn > 0)):
+            # feasible iterate with exact f: accept it once it meets the tolerance
+            cand[:, 0] = np.where(zs, ysn, 0.0)
+            cand[:, 1] = np.where(bs, -ysn, 0.0)
+            if nk.pair_violations(fcur, y, cand, dz, db, theta, viol).max() <= tol:
+                alpha[:] = cand
+                f[:] = fcur
+                return True, used
+        new_z = np.where(zs, ysn > 0, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
+        new_b = np.where(bs, ysn < 0, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
+        new_z &= ~new_b
+        n_changed = int(np.count_nonzero(new_z != zs) + np.count_nonzero(new_b != bs))
+        if used > 0 and n_changed <= max(2, (zs | bs).sum() // 100):
+            tight = True  # few states left to settle: solve accurately from now on
+        zs, bs = new_z, new_b
+        S = np.flatnonzero(zs | bs)
+        if S.size == 0:
+            nu[:] = 0.0
+            fcur[:] = 0.0
+            used += 1
+            continue
+        rows = store.slot[S]
+        zside = zs[S]
+        D = np.where(zside, dz, db)
+        t = y[S] * np.where(zside, 1.0 - theta, 1.0 + theta)
+        pinv = 1.0 / (kdiag[S] + D)
+
+        def matvec(v, rows=rows, S=S):
+            return nk.rows_combination(store.cache, rows, v, buf)[S]
+
+        left = budget - used
+        if left <= 1:
+            return False, used
+        target = 1e-3 * tol if tight else loose
+        x, k = _pcg(matvec, D, pinv, t, nu[S].copy(), target, left - 1, abort)
+        used += k + 1
+        nu[:] = 0.0
+        nu[S] = x
+        nk.rows_combination(store.cache, rows, x, fcur)
+    return False, used
+
+
+def _fetch_ahead(store: _ColumnStore, order: np.ndarray, p: int, f, y, alpha, dz, db,
+                 theta) -> None:
+    """Fetch the missing column at ``order[p]`` plus those of the next instances in the sweep
+    that currently violate the KKT conditions (one BLAS call for the batch)."""
+    want = min(_FETCH_BATCH, max(1, store.n_slots // 4), store.batch_max)
+    ahead = order[p + 1: p + 1 + 8 * want]
+    ahead = ahead[store.slot[ahead] < 0]
+    if ahead.size:
+        v = nk.pair_violations(f[ahead], y[ahead], alpha[ahead], dz, db, theta,
+                               np.empty(ahead.size))
+        ahead = ahead[v > 1e-12][: want - 1]
+    store.fetch(np.concatenate(([order[p]], ahead)).astype(np.int64))

@@ -1,0 +1,690 @@
+"""scikit-learn estimators for the Optimal margin Distribution Machine.
+
+``ODMClassifier`` solves the ODM dual exactly (dual coordinate descent: ``dcd_linear`` for the
+linear kernel, ``dcd_kernel`` otherwise). ``SODMClassifier`` trains with the scalable SODM
+algorithms of Wang et al. (IJCAI-23): the hierarchical stratified-partition scheme
+(Algorithm 1, ``sodm_kernel``) for kernels, and distributed SVRG (Algorithm 2,
+``sodm_linear``) for the linear kernel by default.
+
+Model, in the SODM paper's convention (``docs/architecture.md``)::
+
+    min_w  1/2 ||w||^2 + lam/(2M) * sum_i (xi_i^2 + upsilon * eps_i^2) / (1 - theta)^2
+    s.t.   1 - theta - xi_i <= y_i w.phi(x_i) <= 1 + theta + eps_i
+
+Choices made here (documented because the paper leaves them open):
+
+* Labels: any two labels (numbers, strings, bools; two distinct non-integer floats too,
+  while more than two non-integer floats are rejected as a regression target);
+  ``classes_`` is sorted, ``classes_[0]`` (the smaller) maps to -1.
+  More than two classes: one-vs-rest, one binary ODM per class, ``predict`` takes the arg max.
+* ``scale=True`` (default): every feature is min-max scaled to [0, 1] on the training data
+  inside the model (the paper's preprocessing); constant features map to 0.
+* ``fit_intercept=True`` appends a constant feature 1 (as the authors' code does). The paper's
+  model has no bias; ``fit_intercept=False`` gives exactly the paper's model. For the RBF
+  kernel a constant feature changes nothing (distances are unchanged).
+* ``gamma="scale"`` (default) means ``1 / (n_features * Var(X_scaled))`` computed on the scaled
+  training features (like scikit-learn's SVC), 1.0 when that variance is 0; a positive number
+  is used as is. Kernels: rbf ``exp(-gamma ||x-z||^2)``, poly ``(gamma x.z + coef0)^degree``.
+* ``lam`` default 1000: the paper's lam weights the *mean* squared deviation, so it plays the
+  role of ``C * M`` of an SVM; the measured best values on the benchmark sets were 8e3..1.3e5
+  (``/work/shared/reference/anchor-measurements.md``) and small values underfit badly
+  (measured here, RBF, gamma="scale": svmguide1 test accuracy .737/.871/.941/.964/.968 for
+  lam 1/10/1e2/1e3/1e4, epochs 5..43; on the 216-row heart_scale split lam 1e3 costs ~4
+  points against lam 10, so 1e3 is a compromise that still converges fast).
+  ``upsilon=0.5``, ``theta=0.2`` are ``ODMParams``' defaults (libodm uses mu=0.8, theta=0.2;
+  the authors' SODM driver 0.5 / 0.5).
+* Fitted model: kernel models keep only support vectors (``zeta_i + beta_i > 0``; the union
+  over one-vs-rest problems) in the scaled feature space, ``dual_coef_[k, j] = y_j (zeta_j -
+  beta_j)`` per problem, and predict with kernel blocks; linear models keep ``w_`` (one row per
+  problem, the last entry is the intercept weight when ``fit_intercept``) and predict with it.
+  ``n_support_[k]`` counts the instances outside the band ``[1-theta, 1+theta]`` of problem k.
+* ``random_state``: an int seed is passed to the solver unchanged for a binary problem (so
+  other backends reproduce it from the same seed); one-vs-rest problem k uses the seed
+  ``SeedSequence([seed, k]).generate_state(1)[0] & 0x7FFFFFFF``. ``None`` draws a fresh seed.
+* SODM without ``final_global_solve`` ends with the local solutions of the last solved level;
+  the stored duals are their size-weighted average (``average_local_duals``): the paper's
+  predictions, with decision values on the ODM margin scale.
+* ``should_stop()`` returning True makes ``fit`` raise ``solver.exceptions.FitCancelled``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from solver.exceptions import FitCancelled
+from solver.preprocessing import MinMaxScaler, append_constant
+
+__all__ = ["ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals", "KERNELS"]
+
+KERNELS = ("linear", "rbf", "poly")
+ProgressFn = Callable[[float, str, dict], None]
+StopFn = Callable[[], bool]
+
+# Bytes of one kernel block computed at prediction time (rows x support vectors x 8).
+_PREDICT_BLOCK_BYTES = 32 * 2**20
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def _require(cond: bool, name: str, value: Any, what: str) -> None:
+    if not cond:
+        raise ValueError(f"invalid parameter {name}={value!r}: {what}")
+
+
+def _overall_variance(X: np.ndarray | sp.csr_matrix) -> float:
+    """Variance of all entries of X (implicit zeros of CSR included)."""
+    if sp.issparse(X):
+        n = X.shape[0] * X.shape[1]
+        if n == 0:
+            return 0.0
+        mean = X.data.sum() / n
+        return float((X.data**2).sum() / n - mean**2)
+    return float(np.var(X))
+
+
+def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or pred(v)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool | np.bool_)
+
+
+def _pos_int(minimum: int) -> Callable[[Any], bool]:
+    return lambda v: _is_int(v) and v >= minimum
+
+
+# Parameter name -> (valid?, what a valid value is); shared by every estimator class.
+_PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "kernel": (lambda v: v in KERNELS, f"one of {KERNELS}"),
+    "gamma": (lambda v: v == "scale" or (_is_real(v) and float(v) > 0),
+              "'scale' or a positive finite number"),
+    "degree": (_pos_int(1), "int >= 1"),
+    "coef0": (_is_real, "a finite number"),
+    "lam": (_is_real, "a finite number"),
+    "upsilon": (_is_real, "a finite number"),
+    "theta": (_is_real, "a finite number"),
+    "tol": (lambda v: _is_real(v) and v > 0, "a positive number"),
+    "max_iter": (_pos_int(1), "int >= 1"),
+    "cache_size": (lambda v: _is_real(v) and v > 0, "a positive number of megabytes"),
+    "shrinking": (_is_bool, "a bool"),
+    "fit_intercept": (_is_bool, "a bool"),
+    "scale": (_is_bool, "a bool"),
+    "random_state": (lambda v: v is None or _is_int(v)
+                     or isinstance(v, np.random.RandomState | np.random.Generator),
+                     "int, None or RandomState"),
+    "p": (_pos_int(2), "int >= 2"),
+    "levels": (_opt(_pos_int(0)), "None or int >= 0"),
+    "n_strata": (_opt(_pos_int(1)), "None or int >= 1"),
+    "warm_start": (lambda v: v in ("rescale", "literal"), "'rescale' or 'literal'"),
+    "final_global_solve": (_opt(_is_bool), "None or a bool"),
+    "n_jobs": (_opt(lambda v: _is_int(v) and v != 0), "None or a non-zero int (-1: all cores)"),
+    "epochs": (_opt(_pos_int(1)), "None or int >= 1"),
+    "step_size": (_opt(lambda v: _is_real(v) and v > 0), "None or a positive number"),
+    "n_partitions": (_opt(_pos_int(1)), "None or int >= 1"),
+    "linear_solver": (lambda v: v in ("dsvrg", "hierarchical"), "'dsvrg' or 'hierarchical'"),
+    "n_clusters": (_pos_int(1), "int >= 1"),
+    "fanout": (_pos_int(2), "int >= 2"),
+    "sample_size": (_pos_int(1), "int >= 1"),
+    "inner_steps": (_opt(_pos_int(1)), "None or int >= 1"),
+}
+
+
+def _seed_for(random_state: Any) -> int:
+    """An int seed from an int / None / RandomState (ints pass through unchanged)."""
+    if _is_int(random_state):
+        return int(random_state)
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**31 - 1))
+    raise ValueError(f"invalid parameter random_state={random_state!r}: int, None or RandomState")
+
+
+def _problem_seed(seed: int, k: int, n_problems: int) -> int:
+    if n_problems == 1:
+        return seed
+    return int(np.random.SeedSequence([seed, k]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class _ODMBase(ClassifierMixin, BaseEstimator):
+    """Shared fit / predict logic; subclasses define parameters and ``_solve_problem``."""
+
+    _algorithm_name = "odm"
+
+    # ----------------------------------------------------------------------------- params
+    def validate_params(self) -> None:
+        """Check every hyperparameter; raises ``ValueError`` naming the bad parameter.
+
+        Called by ``fit``; the service also calls it to reject bad requests early.
+        """
+        from solver.formulation import ODMParams
+
+        for name, value in self.get_params(deep=False).items():
+            rule = _PARAM_RULES.get(name)
+            if rule is not None:
+                _require(rule[0](value), name, value, rule[1])
+        ODMParams(lam=float(self.lam), upsilon=float(self.upsilon),
+                  theta=float(self.theta)).validate()
+        self._validate_extra_params()
+
+    def _validate_extra_params(self) -> None:
+        """Class-specific constraints beyond the per-parameter rules."""
+
+    def _params(self):
+        from solver.formulation import ODMParams
+
+        return ODMParams(lam=float(self.lam), upsilon=float(self.upsilon),
+                         theta=float(self.theta))
+
+    def _make_kernel(self, gamma: float):
+        from solver.kernels import Kernel
+
+        return Kernel(self.kernel, gamma=float(gamma), degree=int(self.degree),
+                      coef0=float(self.coef0))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    # ------------------------------------------------------------------------- features
+    def _model_space(self, X):
+        """Scaled features plus the constant column: what the solver and kernels see."""
+        Xs = self._scaler.transform(X) if self._scaler is not None else X
+        return append_constant(Xs) if self.fit_intercept else Xs
+
+    def _check_X(self, X, *, reset: bool):
+        return validate_data(self, X, reset=reset, accept_sparse="csr", dtype=np.float64,
+                             ensure_all_finite=True)
+
+    # ------------------------------------------------------------------------------ fit
+    def fit(self, X, y, *, X_val=None, y_val=None, progress: ProgressFn | None = None,
+            should_stop: StopFn | None = None):
+        """Train on X (n, d) dense or CSR and labels y; returns self.
+
+        ``X_val, y_val`` (optional) are passed to SODM for per-level validation accuracy;
+        ``progress(fraction, message, record)`` is called after each level / epoch / problem;
+        ``should_stop()`` is polled by the solvers and a stop raises ``FitCancelled``.
+        """
+        t0 = time.perf_counter()
+        self.validate_params()
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
+                             ensure_all_finite=True, y_numeric=False)
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+            X.sort_indices()
+        classes, y_idx = np.unique(y, return_inverse=True)
+        if len(classes) != 2:
+            # Two distinct labels are always a binary problem (even non-integer floats such
+            # as -1.5 / 2.5); more non-integer values look like a regression target.
+            check_classification_targets(y)
+        if len(classes) < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least two classes in y; only one class "
+                f"({classes[0]!r}) is present"
+            )
+        scaler = MinMaxScaler.fit(X) if self.scale else None
+        Xs = scaler.transform(X) if scaler is not None else X
+        if self.kernel == "linear":
+            gamma = 1.0
+        elif self.gamma == "scale":
+            var = _overall_variance(Xs)
+            gamma = 1.0 / (Xs.shape[1] * var) if var > 0 else 1.0
+        else:
+            gamma = float(self.gamma)
+        Z = append_constant(Xs) if self.fit_intercept else Xs
+        self._scaler = scaler
+
+        Z_val = None
+        yv_idx = None
+        if X_val is not None and y_val is not None:
+            Xv = self._check_X(X_val, reset=False)
+            Z_val = self._model_space(Xv)
+            y_val = np.asarray(y_val)
+            yv_idx = np.searchsorted(classes, y_val)
+            yv_idx = np.where(yv_idx < len(classes), yv_idx, 0)
+            known = classes[yv_idx] == y_val
+            Z_val = Z_val[known] if known.any() else None
+            yv_idx = yv_idx[known]
+
+        n_problems = 1 if len(classes) == 2 else len(classes)
+        seed = _seed_for(self.random_state)
+        kernel = self._make_kernel(gamma)
+        params = self._params()
+        history: list[dict] = []
+        n_iter: list[int] = []
+        solutions: list[tuple[str, np.ndarray]] = []
+        algorithm = self._algorithm_for_kernel()
+        for k in range(n_problems):
+            pos = 1 if n_problems == 1 else k
+            y_pm = np.where(y_idx == pos, 1.0, -1.0)
+            yv_pm = None if Z_val is None else np.where(yv_idx == pos, 1.0, -1.0)
+            label = None if n_problems == 1 else classes[k]
+            sub_progress = _sub_progress(progress, k, n_problems, label)
+            t_k = time.perf_counter()
+            kind, sol, hist, stopped = self._solve_problem(
+                Z, y_pm, kernel, params, seed=_problem_seed(seed, k, n_problems),
+                Z_val=Z_val, y_val=yv_pm, progress=sub_progress, should_stop=should_stop,
+            )
+            for rec in hist:
+                rec = _jsonable(rec)
+                if n_problems > 1:
+                    rec = {"problem": k, "class": _label_json(label), **rec}
+                history.append(rec)
+            if stopped:
+                raise FitCancelled(history=history)
+            solutions.append((kind, sol))
+            n_iter.append(_iterations(hist))
+            if sub_progress is not None and not hist:
+                sub_progress(1.0, "solved", {"seconds": time.perf_counter() - t_k})
+
+        # Assemble the compact fitted state.
+        theta = float(self.theta)
+        if solutions[0][0] == "w":
+            W = np.vstack([s for _, s in solutions])
+            margins = np.asarray(Z @ W.T)
+            y_mat = _y_matrix(y_idx, n_problems)
+            ym = y_mat * margins
+            outside = (ym < 1 - theta) | (ym > 1 + theta)
+            state = dict(w=W, n_support=outside.sum(axis=0).astype(np.int64),
+                         support=np.flatnonzero(outside.any(axis=1)).astype(np.int64))
+        else:
+            A = [s for _, s in solutions]
+            y_mat = _y_matrix(y_idx, n_problems)
+            sv_mask = np.column_stack([(a[:, 0] + a[:, 1]) > 0 for a in A])
+            support = np.flatnonzero(sv_mask.any(axis=1)).astype(np.int64)
+            coef = np.vstack([y_mat[support, k] * (A[k][support, 0] - A[k][support, 1])
+                              for k in range(n_problems)])
+            svs = Xs[support]
+            state = dict(support_vectors=svs, dual_coef=coef, support=support,
+                         n_support=sv_mask.sum(axis=0).astype(np.int64))
+        info = {
+            "algorithm": algorithm,
+            "n_train": int(X.shape[0]),
+            "n_features": int(X.shape[1]),
+            "sparse_input": bool(sp.issparse(X)),
+            "n_problems": n_problems,
+            "seed": seed,
+            "n_iter": n_iter,
+            "seconds": time.perf_counter() - t0,
+        }
+        _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
+                   gamma=gamma, history=history, fit_info=info, **state)
+        return self
+
+    def _algorithm_for_kernel(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
+                       should_stop):  # pragma: no cover - overridden
+        """Solve one binary problem: returns (kind 'alpha'|'w', solution, history, stopped)."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------------------- predict
+    def decision_function(self, X) -> np.ndarray:
+        """f(x) per problem: shape (n,) for two classes (> 0 means ``classes_[1]``), else
+        (n, n_classes) one-vs-rest scores."""
+        check_is_fitted(self, "classes_")
+        X = self._check_X(X, reset=False)
+        F = self._decision_matrix(self._model_space(X))
+        return F[:, 0] if len(self.classes_) == 2 else F
+
+    def _decision_matrix(self, Z) -> np.ndarray:
+        if self.w_ is not None:
+            return np.asarray(Z @ self.w_.T, dtype=np.float64)
+        n = Z.shape[0]
+        n_sv = self._svz.shape[0]
+        out = np.zeros((n, self.dual_coef_.shape[0]))
+        if n_sv == 0 or n == 0:
+            return out
+        svz = self._svz
+        kernel = self._make_kernel(self.gamma_)
+        from solver.kernels import kernel_matrix
+
+        step = max(1, _PREDICT_BLOCK_BYTES // (8 * n_sv))
+        for start in range(0, n, step):
+            Kb = kernel_matrix(kernel, Z[start:start + step], svz)
+            out[start:start + step] = np.asarray(Kb) @ self.dual_coef_.T
+        return out
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean accuracy of ``predict(X)`` against y (labels compared as given)."""
+        y = np.asarray(y)
+        correct = (self.predict(X) == y).astype(np.float64)
+        return float(np.average(correct, weights=sample_weight))
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted labels (original label values)."""
+        F = self.decision_function(X)
+        if F.ndim == 1:
+            return self.classes_[(F > 0).astype(np.intp)]
+        return self.classes_[np.argmax(F, axis=1)]
+
+
+def _y_matrix(y_idx: np.ndarray, n_problems: int) -> np.ndarray:
+    if n_problems == 1:
+        return np.where(y_idx == 1, 1.0, -1.0)[:, None]
+    return np.where(y_idx[:, None] == np.arange(n_problems)[None, :], 1.0, -1.0)
+
+
+def _iterations(hist: list[dict]) -> int:
+    """Epochs of an exact solve; levels / epochs (history records) of SODM."""
+    if len(hist) == 1 and "n_iter" in hist[0]:
+        return max(1, int(hist[0]["n_iter"]))
+    return max(1, len(hist))
+
+
+def _label_json(label: Any) -> Any:
+    return label.item() if isinstance(label, np.generic) else label
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain-Python copy of a history record (numpy scalars/arrays -> float/int/list)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _sub_progress(progress: ProgressFn | None, k: int, n: int, label: Any):
+    if progress is None:
+        return None
+    if n == 1:
+        return progress
+
+    def inner(fraction: float, message: str, record: dict) -> None:
+        progress((k + float(fraction)) / n, f"class {label!r} ({k + 1}/{n}): {message}", record)
+
+    return inner
+
+
+def _set_state(est: _ODMBase, *, classes, n_features_in, scaler, gamma, history, fit_info,
+               support_vectors=None, dual_coef=None, support=None, n_support=None, w=None):
+    """Install the fitted attributes (shared by ``fit``, ``build_fitted`` and model loading)."""
+    est.classes_ = np.asarray(classes)
+    if est.classes_.ndim != 1 or len(est.classes_) < 2:
+        raise ValueError("classes must be a 1-d array of at least two labels")
+    if len(np.unique(est.classes_)) != len(est.classes_) or np.any(
+            est.classes_[1:] < est.classes_[:-1]):
+        raise ValueError("classes must be sorted and distinct")
+    est.n_features_in_ = int(n_features_in)
+    est._scaler = scaler
+    est.gamma_ = float(gamma)
+    est.history_ = list(history)
+    est.fit_info_ = dict(fit_info)
+    n_problems = 1 if len(est.classes_) == 2 else len(est.classes_)
+    # n_iter_[k]: DCD epochs (exact ODM) or levels / epochs run (SODM) of problem k.
+    est.n_iter_ = np.asarray(est.fit_info_.get("n_iter") or [1] * n_problems, dtype=np.int64)
+    est.w_ = None if w is None else np.asarray(w, dtype=np.float64)
+    est._svz = None
+    est.support_vectors_ = None
+    if support_vectors is not None:
+        # Keep the rows once, in the solver's space (constant column appended when
+        # fit_intercept); support_vectors_ is the scaled-feature part of them.
+        d = int(n_features_in)
+        if sp.issparse(support_vectors):
+            sv = sp.csr_matrix(support_vectors, dtype=np.float64)
+            sv.sort_indices()
+        else:
+            sv = np.ascontiguousarray(support_vectors, dtype=np.float64)
+        if sv.ndim != 2 or sv.shape[1] != d:
+            raise ValueError(f"support_vectors must have {d} columns, got shape {sv.shape}")
+        est._svz = append_constant(sv) if est.fit_intercept else sv
+        est.support_vectors_ = est._svz[:, :d] if est.fit_intercept else est._svz
+    est.dual_coef_ = None if dual_coef is None else np.asarray(dual_coef, dtype=np.float64)
+    est.support_ = (np.zeros(0, np.int64) if support is None
+                    else np.asarray(support, dtype=np.int64))
+    est.n_support_ = np.asarray(n_support if n_support is not None else [], dtype=np.int64)
+    if est.w_ is not None:
+        d_model = est.n_features_in_ + (1 if est.fit_intercept else 0)
+        if est.w_.shape != (n_problems, d_model):
+            raise ValueError(f"w has shape {est.w_.shape}, expected {(n_problems, d_model)}")
+    else:
+        if support_vectors is None or est.dual_coef_ is None:
+            raise ValueError("a kernel model needs support_vectors and dual_coef")
+        if est.dual_coef_.shape != (n_problems, est._svz.shape[0]):
+            raise ValueError(f"dual_coef has shape {est.dual_coef_.shape}, expected "
+                             f"{(n_problems, est._svz.shape[0])}")
+    if est.n_support_.shape != (n_problems,):
+        raise ValueError(f"n_support has shape {est.n_support_.shape}, expected {(n_problems,)}")
+
+
+def build_fitted(est: _ODMBase, *, classes, n_features_in: int, scaler_min=None,
+                 scaler_scale=None, gamma: float = 1.0, support_vectors=None, dual_coef=None,
+                 support=None, n_support=None, w=None, history=(), fit_info=None) -> _ODMBase:
+    """Turn an unfitted estimator (its parameters) plus a solution into a fitted one.
+
+    For other training backends (Spark) and model loading. Arrays are in the model's feature
+    space: ``support_vectors`` are the scaled rows (without the constant column), ``w`` has the
+    intercept weight last when ``fit_intercept``. ``scaler_min/scaler_scale`` are required iff
+    ``est.scale``. Binary: one problem whose positive class is ``classes[1]``.
+    """
+    est.validate_params()
+    if est.scale:
+        if scaler_min is None or scaler_scale is None:
+            raise ValueError("scale=True needs scaler_min and scaler_scale")
+        scaler = MinMaxScaler(min_=np.asarray(scaler_min, dtype=np.float64),
+                              scale_=np.asarray(scaler_scale, dtype=np.float64))
+        if scaler.n_features != int(n_features_in) or scaler.scale_.shape != scaler.min_.shape:
+            raise ValueError("scaler arrays do not match n_features_in")
+    else:
+        scaler = None
+    _set_state(est, classes=classes, n_features_in=n_features_in, scaler=scaler, gamma=gamma,
+               history=history, fit_info=fit_info or {}, support_vectors=support_vectors,
+               dual_coef=dual_coef, support=support, n_support=n_support, w=w)
+    return est
+
+
+class ODMClassifier(_ODMBase):
+    """Exact ODM: one dual coordinate descent solve on the whole training set.
+
+    Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch); "rbf" and
+    "poly" use the kernel solver with a bounded kernel cache of ``cache_size`` MB. ``tol`` is
+    the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
+    maximum number of epochs. See the module docstring for the conventions.
+    """
+
+    _algorithm_name = "odm"
+
+    def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
+                 coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
+                 theta: float = 0.2, tol: float = 1e-3, max_iter: int = 1000,
+                 cache_size: float = 512.0, shrinking: bool = True, fit_intercept: bool = True,
+                 scale: bool = True, random_state=None) -> None:
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.lam = lam
+        self.upsilon = upsilon
+        self.theta = theta
+        self.tol = tol
+        self.max_iter = max_iter
+        self.cache_size = cache_size
+        self.shrinking = shrinking
+        self.fit_intercept = fit_intercept
+        self.scale = scale
+        self.random_state = random_state
+
+    def _algorithm_for_kernel(self) -> str:
+        return "odm-dcd-linear" if self.kernel == "linear" else "odm-dcd-kernel"
+
+    def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
+                       should_stop):
+        t0 = time.perf_counter()
+        if self.kernel == "linear":
+            from solver.dcd_linear import solve_linear_dual
+
+            res = solve_linear_dual(Z, y, params, tol=float(self.tol),
+                                    max_iter=int(self.max_iter), random_state=seed,
+                                    shrinking=bool(self.shrinking), should_stop=should_stop)
+            kind, sol = "w", np.asarray(res.w, dtype=np.float64).ravel()
+        else:
+            from solver.dcd_kernel import solve_kernel_dual
+
+            res = solve_kernel_dual(Z, y, kernel, params, tol=float(self.tol),
+                                    max_iter=int(self.max_iter),
+                                    cache_size=float(self.cache_size),
+                                    shrinking=bool(self.shrinking), random_state=seed,
+                                    should_stop=should_stop)
+            kind, sol = "alpha", np.asarray(res.alpha, dtype=np.float64)
+        record = {
+            "n_iter": int(res.n_iter),
+            "kkt_violation": float(res.kkt_violation),
+            "objective": float(res.objective),
+            "converged": bool(res.converged),
+            "seconds": time.perf_counter() - t0,
+        }
+        if Z_val is not None and y_val is not None and len(y_val):
+            record["val_accuracy"] = _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val)
+        if progress is not None and not res.stopped:
+            progress(1.0, "exact ODM solved", record)
+        return kind, sol, [record], bool(res.stopped)
+
+
+def _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val) -> float:
+    if kind == "w":
+        f = np.asarray(Z_val @ sol).ravel()
+    else:
+        from solver.kernels import kernel_matrix
+
+        coef = y * (sol[:, 0] - sol[:, 1])
+        sv = np.flatnonzero(coef != 0)
+        if sv.size == 0:
+            f = np.zeros(Z_val.shape[0])
+        else:
+            f = np.asarray(kernel_matrix(kernel, Z_val, Z[sv])) @ coef[sv]
+    return float(np.mean(np.where(f > 0, 1.0, -1.0) == y_val))
+
+
+class SODMClassifier(_ODMBase):
+    """Scalable ODM (SODM, Wang et al. IJCAI-23).
+
+    Kernels "rbf"/"poly" (and "linear" with ``linear_solver="hierarchical"``) use Algorithm 1:
+    ``p**levels`` stratified partitions (``n_strata`` strata around landmarks chosen in the
+    kernel's feature space), solved in parallel (``n_jobs``) and merged ``p`` at a time with
+    warm starts (``warm_start`` "rescale" or paper-"literal"); ``final_global_solve`` adds one
+    exact solve on the whole data warm-started from level 1 (true ODM optimum). Kernel
+    "linear" uses Algorithm 2 by default (``linear_solver="dsvrg"``): distributed SVRG on the
+    primal over ``n_partitions`` stratified partitions for ``epochs`` epochs with
+    ``step_size`` (None: derived from the smoothness constant). ``None`` for ``levels``,
+    ``n_strata``, ``final_global_solve``, ``n_partitions`` and ``epochs`` means the solver
+    module's documented default.
+    """
+
+    _algorithm_name = "sodm"
+
+    def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
+                 coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
+                 theta: float = 0.2, p: int = 2, levels: int | None = None,
+                 n_strata: int | None = None, warm_start: str = "rescale",
+                 final_global_solve: bool | None = None, n_jobs: int | None = 1,
+                 tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
+                 fit_intercept: bool = True, scale: bool = True, random_state=None,
+                 epochs: int | None = None, step_size: float | None = None,
+                 n_partitions: int | None = None, linear_solver: str = "dsvrg") -> None:
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.lam = lam
+        self.upsilon = upsilon
+        self.theta = theta
+        self.p = p
+        self.levels = levels
+        self.n_strata = n_strata
+        self.warm_start = warm_start
+        self.final_global_solve = final_global_solve
+        self.n_jobs = n_jobs
+        self.tol = tol
+        self.max_iter = max_iter
+        self.cache_size = cache_size
+        self.fit_intercept = fit_intercept
+        self.scale = scale
+        self.random_state = random_state
+        self.epochs = epochs
+        self.step_size = step_size
+        self.n_partitions = n_partitions
+        self.linear_solver = linear_solver
+
+    def _uses_dsvrg(self) -> bool:
+        return self.kernel == "linear" and self.linear_solver == "dsvrg"
+
+    def _algorithm_for_kernel(self) -> str:
+        return "sodm-dsvrg" if self._uses_dsvrg() else "sodm-hierarchical"
+
+    def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
+                       should_stop):
+        opt = {k: v for k, v in {"n_strata": self.n_strata}.items() if v is not None}
+        if self._uses_dsvrg():
+            from solver.dsvrg import sodm_linear
+
+            for name in ("n_partitions", "epochs", "step_size"):
+                if getattr(self, name) is not None:
+                    opt[name] = getattr(self, name)
+            res = sodm_linear(Z, y, params, random_state=seed, X_val=Z_val, y_val=y_val,
+                              progress=progress, should_stop=should_stop, **opt)
+            return "w", np.asarray(res.w, dtype=np.float64).ravel(), list(res.history), \
+                bool(res.stopped)
+        from solver.sodm import sodm_kernel
+
+        for name in ("levels", "final_global_solve"):
+            if getattr(self, name) is not None:
+                opt[name] = getattr(self, name)
+        n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
+        res = sodm_kernel(Z, y, kernel, params, p=int(self.p),
+                          warm_start=self.warm_start, n_jobs=n_jobs, tol=float(self.tol),
+                          max_iter=int(self.max_iter), cache_size=float(self.cache_size),
+                          random_state=seed, X_val=Z_val, y_val=y_val, progress=progress,
+                          should_stop=should_stop, **opt)
+        alpha = np.asarray(res.alpha, dtype=np.float64)
+        history = list(res.history)
+        if res.last_level > 0 and res.partitions is not None and history:
+            from solver.partition import level_ids
+
+            top = int(history[0]["level"])
+            ids = level_ids(res.partitions, int(self.p), top, int(res.last_level))
+            alpha = average_local_duals(alpha, ids)
+        return "alpha", alpha, history, bool(res.stopped)
+
+
+def average_local_duals(alpha: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Put SODM's output (local duals of the last solved level) on the global ODM scale.
+
+    Without a final global solve SODM returns the concatenation of the local ODM solutions of
+    the last solved level (partition id ``ids[i]`` per row). Each local model f_k already has
+    margins around 1 on its own data, so the concatenation's decision sum_k f_k is about K
+    times the ODM's. The estimator stores the size-weighted average sum_k (m_k / M) f_k
+    instead, i.e. ``alpha_i * m_k / M``: the same predictions (a positive rescaling when the
+    sizes are equal, which the balanced partitions make them up to one row) and decision values
+    on the ODM margin scale, so margin statistics and the theta band mean what they say.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    sizes = np.bincount(ids)[ids].astype(np.float64)
+    return np.asarray(alpha, dtype=np.float64) * (sizes / float(len(ids)))[:, None]

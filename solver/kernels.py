@@ -1,0 +1,171 @@
+"""Kernel functions and BLAS-blocked kernel matrices for dense arrays and CSR matrices.
+
+``linear``: x.z;  ``rbf``: exp(-gamma ||x - z||^2);  ``poly``: (gamma x.z + coef0)^degree.
+Every kernel is computed from the inner-product block ``A_blk @ B.T`` (BLAS for dense input,
+scipy's sparse product for CSR) so a sparse matrix is never densified as a whole; only output
+blocks of at most ``block_elems`` entries are materialised at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "Kernel",
+    "KERNEL_NAMES",
+    "kernel_matrix",
+    "kernel_diag",
+    "row_sq_norms",
+    "rkhs_sq_distance",
+]
+
+KERNEL_NAMES = ("linear", "rbf", "poly")
+_BLOCK_ELEMS = 1 << 22  # ~32 MB of float64 per output block
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A positive-definite kernel; ``gamma``/``degree``/``coef0`` as in scikit-learn."""
+
+    name: str = "rbf"
+    gamma: float = 1.0
+    degree: int = 3
+    coef0: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> Kernel:
+        """Raise ``ValueError`` naming the bad field."""
+        if self.name not in KERNEL_NAMES:
+            raise ValueError(f"kernel name must be one of {KERNEL_NAMES}, got {self.name!r}")
+        g = self.gamma
+        if isinstance(g, bool) or not isinstance(g, int | float | np.integer | np.floating) \
+                or not math.isfinite(float(g)) or g <= 0:
+            raise ValueError(f"gamma must be a positive finite number, got {g!r}")
+        d = self.degree
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
+            raise ValueError(f"degree must be an int >= 1, got {d!r}")
+        c0 = self.coef0
+        if isinstance(c0, bool) or not isinstance(c0, int | float | np.integer | np.floating) \
+                or not math.isfinite(float(c0)):
+            raise ValueError(f"coef0 must be a finite number, got {c0!r}")
+        return self
+
+
+def _check(A):
+    if sp.issparse(A):
+        A = sp.csr_matrix(A)
+        if A.dtype != np.float64:
+            A = A.astype(np.float64)
+        return A
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim == 1:
+        A = A[None, :]
+    return A
+
+
+def row_sq_norms(A) -> np.ndarray:
+    """Squared Euclidean norm of every row (dense or sparse)."""
+    if sp.issparse(A):
+        A = sp.csr_matrix(A)
+        return np.asarray(np.bincount(
+            np.repeat(np.arange(A.shape[0]), np.diff(A.indptr)),
+            weights=A.data * A.data, minlength=A.shape[0]), dtype=np.float64)
+    A = np.asarray(A, dtype=np.float64)
+    return np.einsum("ij,ij->i", A, A)
+
+
+def _dot_block(A_blk, B) -> np.ndarray:
+    """Dense ``A_blk @ B.T`` for any mix of dense / CSR operands."""
+    if sp.issparse(A_blk):
+        if sp.issparse(B):
+            return np.asarray((A_blk @ B.T).toarray())
+        return np.asarray(A_blk @ B.T)
+    if sp.issparse(B):
+        return np.asarray((B @ A_blk.T).T)
+    return A_blk @ B.T
+
+
+def _finish_into(kernel: Kernel, G: np.ndarray, sa: np.ndarray | None,
+                 sb: np.ndarray | None, out: np.ndarray) -> None:
+    """Turn the inner-product block ``G`` into kernel values written to ``out`` (one fused
+    compiled pass for rbf/poly, whatever the dtype of ``out``)."""
+    from solver import _numba_kernels as nk
+
+    if kernel.name == "linear":
+        out[...] = G
+    elif kernel.name == "rbf":
+        nk.rbf_finish(G, sa, sb, float(kernel.gamma), out)
+    else:
+        nk.poly_finish(G, float(kernel.gamma), float(kernel.coef0), int(kernel.degree), out)
+
+
+def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
+                  dtype=np.float64, block_elems: int = _BLOCK_ELEMS) -> np.ndarray:
+    """Dense kernel matrix ``K[i, j] = k(A_i, B_j)`` (``B`` defaults to ``A``).
+
+    Computed in row blocks of ``A`` so that temporaries stay under ``block_elems`` entries;
+    when ``B`` is omitted only the upper block triangle is computed and then mirrored.
+    ``out`` (shape ``(len(A), len(B))``, C-contiguous rows) may be given to fill an existing
+    buffer, e.g. a float32 cache.
+    """
+    kernel.validate()
+    A = _check(A)
+    sym = B is None
+    B = A if sym else _check(B)
+    if A.shape[1] != B.shape[1]:
+        raise ValueError(f"A has {A.shape[1]} features but B has {B.shape[1]}")
+    nA, nB = A.shape[0], B.shape[0]
+    if out is None:
+        out = np.empty((nA, nB), dtype=dtype)
+    elif out.shape != (nA, nB):
+        raise ValueError(f"out has shape {out.shape}, expected {(nA, nB)}")
+    if nA == 0 or nB == 0:
+        return out
+    sa = row_sq_norms(A) if kernel.name == "rbf" else None
+    sb = (sa if sym else row_sq_norms(B)) if kernel.name == "rbf" else None
+    step = max(1, block_elems // max(nB, 1))
+    if sym:
+        step = max(step, 256)
+    for s in range(0, nA, step):
+        e = min(nA, s + step)
+        c0 = s if sym else 0
+        Bc = B[c0:] if sym else B
+        G = _dot_block(A[s:e], Bc)
+        if G.dtype != np.float64 or not G.flags.c_contiguous or not G.flags.writeable:
+            G = np.ascontiguousarray(G, dtype=np.float64)
+        _finish_into(kernel, G, None if sa is None else sa[s:e],
+                     None if sb is None else sb[c0:], out[s:e, c0:])
+    if sym:
+        for s in range(0, nA, step):
+            e = min(nA, s + step)
+            out[e:, s:e] = out[s:e, e:].T
+    return out
+
+
+def kernel_diag(kernel: Kernel, A) -> np.ndarray:
+    """The diagonal ``k(a_i, a_i)`` without forming the matrix."""
+    kernel.validate()
+    A = _check(A)
+    if kernel.name == "rbf":
+        return np.ones(A.shape[0], dtype=np.float64)
+    sq = row_sq_norms(A)
+    if kernel.name == "linear":
+        return sq
+    return (kernel.gamma * sq + kernel.coef0) ** kernel.degree
+
+
+def rkhs_sq_distance(kernel: Kernel, A, B) -> np.ndarray:
+    """Squared RKHS distances ``||phi(a_i) - phi(b_j)||^2 = k(a,a) + k(b,b) - 2 k(a,b)``,
+    clipped at 0 against rounding."""
+    K = kernel_matrix(kernel, A, B)
+    K *= -2.0
+    K += kernel_diag(kernel, A)[:, None]
+    K += kernel_diag(kernel, B)[None, :]
+    np.maximum(K, 0.0, out=K)
+    return K

@@ -1,0 +1,200 @@
+"""SODM Algorithm 1 (hierarchical stratified partitions, kernel ODM) on Spark DataFrames.
+
+Mirrors ``solver.sodm.sodm_kernel`` step for step so the same seed gives the same partitions
+and the same duals:
+
+* partition ids are a column; level ``l`` groups rows by ``part // p**(L-l)``;
+* every group is solved by ``groupBy("gid").applyInPandas`` running the local unit of work
+  ``solver.sodm.solve_partition`` on the group's rows in row-id order, with ``m_scale`` = the
+  group size, seed ``solver.partition.local_seed(seed, l, k)`` and the warm start carried as
+  the columns ``zeta``, ``beta`` (rescaled by ``m_old / m_new`` under ``warm_start="rescale"``,
+  the previous size travels as column ``msize``);
+* the warm-start KKT check (``check_warm_start``) runs from the second solved level on, and a
+  level where every group was already converged ends the run, as locally;
+* each level's output is checkpointed (lineage stays one level deep) and only per-group
+  summaries reach the driver; ``should_stop`` is polled between levels.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from solver.spark.data import DataInfo, batch_X, model_space, sql
+
+__all__ = ["KernelRun", "sodm_kernel_spark"]
+
+_STATS = ("objective", "kkt_violation", "warm_kkt", "n_iter", "converged", "stopped",
+          "skipped", "seconds")
+
+
+@dataclass
+class KernelRun:
+    """Outcome: the final state DataFrame (data + ``zeta``, ``beta``, ``msize``, ``gid``)."""
+
+    state: Any
+    history: list[dict] = field(default_factory=list)
+    stopped: bool = False
+    last_level: int = 0
+    n_rows: int = 0
+
+
+def _checkpoint(df: Any) -> Any:
+    """Materialise ``df`` and cut its lineage (local checkpoint, works under Connect too)."""
+    return df.localCheckpoint(eager=True)
+
+
+def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_rows: int,
+                      p: int, levels: int | None, n_strata: int | None, warm_start: str,
+                      final_global_solve: bool | None, tol: float, max_iter: int,
+                      cache_size: float, seed: int, shrinking: bool = True,
+                      convergence_test: bool = True,
+                      progress: Callable[[float, str, dict], None] | None = None,
+                      should_stop: Callable[[], bool] | None = None) -> KernelRun:
+    """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns)."""
+    from solver.sodm import DEFAULT_N_STRATA, default_levels
+    from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
+
+    F, _ = sql(base)
+    M = int(n_rows)
+    p = int(p)
+    L = default_levels(M, p, cache_size) if levels is None else int(levels)
+    S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
+    final = bool(final_global_solve) if final_global_solve is not None else False
+    t_start = time.perf_counter()
+    K = p ** L
+    if L > 0:
+        _, Zl = select_landmarks_spark(base, info, kernel, min(S, M), M)
+        parts = assign_partitions_spark(base, info, kernel, Zl, K, seed)
+        data = base.join(parts.select("row_id", "part"), "row_id")
+    else:
+        data = base.withColumn("part", F.lit(0).cast("long"))
+    state = _checkpoint(data.withColumn("zeta", F.lit(0.0)).withColumn("beta", F.lit(0.0))
+                        .withColumn("msize", F.lit(0.0)))
+    schedule = list(range(L, 0, -1)) + ([0] if final or L == 0 else [])
+    run = KernelRun(state=state, n_rows=M)
+    first = True
+    jump_to_global = False
+    data_cols = [c for c in state.columns if c not in ("zeta", "beta", "msize")]
+    for step, lvl in enumerate(schedule):
+        if jump_to_global and lvl != 0:
+            continue
+        if should_stop is not None and should_stop():
+            run.stopped = True
+            break
+        t0 = time.perf_counter()
+        div = p ** (L - lvl) if lvl > 0 else K
+        check = convergence_test and not first
+        rescale = warm_start == "rescale" and not first
+        solve = _make_solver(info, kernel, params, seed=seed, level=lvl, tol=tol,
+                             max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
+                             check=check, rescale=rescale, data_cols=data_cols)
+        n_groups = p ** lvl
+        grouped = state.withColumn("gid", F.floor(F.col("part") / F.lit(div)).cast("long")
+                                   if lvl > 0 else F.lit(0).cast("long"))
+        out_schema = _out_schema(state)
+        new_state = _checkpoint(
+            grouped.repartition(max(1, n_groups), "gid")
+            .groupBy("gid").applyInPandas(solve, out_schema))
+        stats = [r.asDict() for r in new_state.groupBy("gid").agg(
+            *[F.first(c).alias(c) for c in _STATS], F.count("*").alias("size"),
+            F.sum(F.when(F.col("zeta") + F.col("beta") > 0, 1).otherwise(0)).alias("nsv"),
+        ).collect()]
+        state.unpersist()
+        state = new_state.select(*data_cols, "zeta", "beta", "msize")
+        first = False
+        rec = _record(lvl, stats, time.perf_counter() - t0, time.perf_counter() - t_start)
+        all_skipped = check and all(bool(s["skipped"]) for s in stats)
+        rec["converged_early"] = bool(all_skipped)
+        run.history.append(rec)
+        run.last_level = lvl
+        stopped = any(bool(s["stopped"]) for s in stats)
+        if progress is not None:
+            msg = (f"level {lvl}: {rec['partitions']} partitions of <= "
+                   f"{rec['partition_size']} rows, KKT {rec['kkt_violation']:.3g}")
+            progress((step + 1) / len(schedule), msg, rec)
+        if stopped:
+            run.stopped = True
+            break
+        if all_skipped and lvl > 0:
+            if not final:
+                break
+            jump_to_global = True
+    run.state = state
+    return run
+
+
+def _out_schema(state: Any) -> str:
+    fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in state.schema.fields
+              if f.name not in ("zeta", "beta", "msize")]
+    fields += ["zeta double", "beta double", "msize double", "gid long",
+               "objective double", "kkt_violation double", "warm_kkt double", "n_iter long",
+               "converged boolean", "stopped boolean", "skipped boolean", "seconds double"]
+    return ", ".join(fields)
+
+
+def _make_solver(info: DataInfo, kernel: Any, params: Any, *, seed: int, level: int,
+                 tol: float, max_iter: int, cache_size: float, shrinking: bool, check: bool,
+                 rescale: bool, data_cols: list[str]) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """The per-group function: the local ``solve_partition`` on the group's rows."""
+
+    def solve(pdf: pd.DataFrame) -> pd.DataFrame:
+        from solver.partition import local_seed
+        from solver.sodm import rescale_factors, solve_partition
+
+        pdf = pdf.sort_values("row_id", kind="stable").reset_index(drop=True)
+        k = int(pdf["gid"].iloc[0])
+        m = len(pdf)
+        Z = model_space(batch_X(pdf, info), info)
+        y = pdf["y"].to_numpy(dtype=np.float64)
+        alpha0 = np.column_stack([pdf["zeta"].to_numpy(dtype=np.float64),
+                                  pdf["beta"].to_numpy(dtype=np.float64)])
+        sizes = np.full(m, float(m))
+        if rescale:
+            alpha0 = alpha0 * rescale_factors(pdf["msize"].to_numpy(dtype=np.float64),
+                                              sizes)[:, None]
+        out = solve_partition(Z, y, kernel, params, alpha0, m_scale=float(m), tol=tol,
+                              max_iter=max_iter, cache_size=cache_size,
+                              seed=local_seed(seed, level, k), shrinking=shrinking,
+                              check_warm_start=check)
+        res = pdf[data_cols].copy()
+        res["zeta"] = out.alpha[:, 0]
+        res["beta"] = out.alpha[:, 1]
+        res["msize"] = sizes
+        res["gid"] = k
+        res["objective"] = float(out.objective)
+        res["kkt_violation"] = float(out.kkt_violation)
+        res["warm_kkt"] = float(out.warm_kkt)
+        res["n_iter"] = int(out.n_iter)
+        res["converged"] = bool(out.converged)
+        res["stopped"] = bool(out.stopped)
+        res["skipped"] = bool(out.skipped)
+        res["seconds"] = float(out.seconds)
+        return res
+
+    return solve
+
+
+def _record(level: int, stats: list[dict], seconds: float, elapsed: float) -> dict[str, Any]:
+    """The local ``solver.sodm._record`` fields from the per-group summaries."""
+    warm = [float(s["warm_kkt"]) for s in stats if np.isfinite(float(s["warm_kkt"]))]
+    return {
+        "level": int(level),
+        "partitions": len(stats),
+        "partition_size": int(max((s["size"] for s in stats), default=0)),
+        "objective": float(sum(float(s["objective"]) for s in stats)),
+        "kkt_violation": float(max((float(s["kkt_violation"]) for s in stats), default=0.0)),
+        "warm_start_kkt": float(max(warm)) if warm else None,
+        "n_sv": int(sum(int(s["nsv"]) for s in stats)),
+        "n_iter": int(max((int(s["n_iter"]) for s in stats), default=0)),
+        "converged": bool(all(bool(s["converged"]) for s in stats)),
+        "skipped_partitions": int(sum(bool(s["skipped"]) for s in stats)),
+        "seconds": float(seconds),
+        "elapsed": float(elapsed),
+        "backend": "spark",
+    }

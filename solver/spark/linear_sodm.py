@@ -1,0 +1,223 @@
+"""SODM Algorithm 2 (distributed SVRG, linear ODM) on Spark DataFrames.
+
+Mirrors ``solver.dsvrg.sodm_linear``:
+
+* partitions: landmarks and strata under the linear kernel and the same dealing rule
+  (``solver.spark.strata``); each partition's rows are packed once into one row (row ids,
+  labels and model-space features as arrays, in row-id order) and checkpointed;
+* full gradient ``h = (1/M) sum_j (m_j w + X_j' c_j)``: a distributed aggregate (each packed
+  partition returns a vector of size d, summed on the driver);
+* inner phase: partition ``j = 0..K-1`` in turn, one Spark job each, runs the local compiled
+  inner loop (``solver.dsvrg``) over its rows in the order
+  ``default_rng(SeedSequence([seed, e, j])).permutation(m_j)``; the iterate travels between
+  jobs in the local code's representation ``w = u + s v`` (``v`` of size d and the scalar s),
+  so the sequence of updates is the local one;
+* step size ``0.5 / L_max`` from the distributed maximum row norm; stop after ``epochs`` or
+  when ``||grad|| <= tol ||grad(0)||``; ``should_stop`` is polled between partitions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from solver.spark.data import DataInfo, batch_X, model_space, sql
+
+__all__ = ["LinearRun", "sodm_linear_spark"]
+
+
+@dataclass
+class LinearRun:
+    w: np.ndarray
+    history: list[dict] = field(default_factory=list)
+    stopped: bool = False
+    converged: bool = False
+    step_size: float = 0.0
+
+
+def _unpack(pdf_row: pd.Series, d: int, sparse: bool):
+    y = np.asarray(pdf_row["y"], dtype=np.float64)
+    if sparse:
+        X = sp.csr_matrix((np.asarray(pdf_row["data"], dtype=np.float64),
+                           np.asarray(pdf_row["indices"], dtype=np.int32),
+                           np.asarray(pdf_row["indptr"], dtype=np.int64)), shape=(len(y), d))
+    else:
+        X = np.asarray(pdf_row["data"], dtype=np.float64).reshape(len(y), d)
+    return X, y
+
+
+def _pack(parts: Any, info: DataInfo) -> tuple[Any, int]:
+    """One row per partition: ``part, row_id[], y[], data[], indices[], indptr[]`` (CSR or
+    row-major dense), rows in row-id order."""
+
+    def pack(pdf: pd.DataFrame) -> pd.DataFrame:
+        pdf = pdf.sort_values("row_id", kind="stable")
+        Z = model_space(batch_X(pdf, info), info)
+        if sp.issparse(Z):
+            Z = sp.csr_matrix(Z)
+            data, indices, indptr = Z.data, Z.indices.astype(np.int64), Z.indptr
+        else:
+            data = np.ascontiguousarray(Z).ravel()
+            indices, indptr = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return pd.DataFrame({"part": [int(pdf["part"].iloc[0])],
+                             "row_id": [pdf["row_id"].to_numpy(np.int64)],
+                             "y": [pdf["y"].to_numpy(np.float64)], "data": [data],
+                             "indices": [indices], "indptr": [indptr]})
+
+    schema = ("part long, row_id array<long>, y array<double>, data array<double>, "
+              "indices array<long>, indptr array<long>")
+    packed = parts.groupBy("part").applyInPandas(pack, schema).localCheckpoint(eager=True)
+    d = info.n_features + (1 if info.fit_intercept else 0)
+    return packed, d
+
+
+def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: int
+              ) -> tuple[np.ndarray, float]:
+    """Full gradient ``(1/M) sum_j (m_j w + X_j' c_j)`` and the primal loss sum (one job)."""
+
+    def part_grad(batches):
+        from solver.dsvrg import instance_coefficients
+
+        for pdf in batches:
+            for _, row in pdf.iterrows():
+                X, y = _unpack(row, d, sparse)
+                g = y * np.asarray(X @ w).ravel()
+                c = instance_coefficients(g, y, params)
+                h = y.size * w + np.asarray(X.T @ c).ravel()
+                xi = np.maximum(0.0, 1.0 - params.theta - g)
+                eps = np.maximum(0.0, g - 1.0 - params.theta)
+                loss = float(np.dot(xi, xi) + params.upsilon * np.dot(eps, eps))
+                yield pd.DataFrame({"part": [int(row["part"])], "h": [h], "loss": [loss]})
+
+    rows = packed.mapInPandas(part_grad, "part long, h array<double>, loss double").collect()
+    rows.sort(key=lambda r: r["part"])  # the local code sums partitions in id order
+    total = np.zeros(d)
+    for r in rows:
+        total += np.asarray(r["h"], dtype=np.float64)
+    loss = sum(float(r["loss"]) for r in rows)
+    return total / M, loss
+
+
+def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
+                      n_partitions: int | None, n_strata: int | None, epochs: int | None,
+                      step_size: float | None, seed: int, tol: float = 1e-6,
+                      progress: Callable[[float, str, dict], None] | None = None,
+                      should_stop: Callable[[], bool] | None = None) -> LinearRun:
+    """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
+    from solver.dsvrg import DEFAULT_EPOCHS, DEFAULT_PARTITIONS, _inner_csr, _inner_dense
+    from solver.formulation import lipschitz_constant
+    from solver.kernels import Kernel
+    from solver.sodm import DEFAULT_N_STRATA
+    from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
+
+    F, _ = sql(base)
+    M = int(n_rows)
+    K = DEFAULT_PARTITIONS if n_partitions is None else int(n_partitions)
+    S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
+    E = DEFAULT_EPOCHS if epochs is None else int(epochs)
+    K = min(K, M)
+    sparse = info.layout == "sparse"
+    if K > 1:
+        linear = Kernel("linear")
+        _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M)
+        parts = base.join(assign_partitions_spark(base, info, linear, Zl, K, seed)
+                          .select("row_id", "part"), "row_id")
+    else:
+        parts = base.withColumn("part", F.lit(0).cast("long"))
+    packed, d = _pack(parts, info)
+
+    if step_size is None:
+        def max_row(batches):
+            for pdf in batches:
+                for _, row in pdf.iterrows():
+                    X, _ = _unpack(row, d, sparse)
+                    sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sparse \
+                        else np.einsum("ij,ij->i", X, X)
+                    if sq.size:
+                        i = int(np.argmax(sq))
+                        xi = X[i].toarray().ravel() if sparse else X[i]
+                        yield pd.DataFrame({"sq": [float(sq[i])], "x": [xi]})
+
+        top = max(packed.mapInPandas(max_row, "sq double, x array<double>").collect(),
+                  key=lambda r: r["sq"])
+        # lipschitz_constant of the row with the largest norm = the local L_max
+        eta = 0.5 / lipschitz_constant(np.asarray([top["x"]], dtype=np.float64), params)
+    else:
+        eta = float(step_size)
+    if not 0 < eta < 1:
+        raise ValueError(f"step_size must be in (0, 1), got {step_size!r}")
+    run = LinearRun(w=np.zeros(d), step_size=eta)
+    w = np.zeros(d)
+    t_start = time.perf_counter()
+    h, _ = _gradient(packed, w, params, d, sparse, M)
+    g0 = max(float(np.linalg.norm(h)), 1e-300)  # w0 = 0: h is grad(0)
+    slam = params.lam / (1.0 - params.theta) ** 2
+    th, ups = float(params.theta), float(params.upsilon)
+    for e in range(1, E + 1):
+        if should_stop is not None and should_stop():
+            run.stopped = True
+            break
+        t0 = time.perf_counter()
+        w_tilde = w
+        u = w_tilde - h
+        v = h.astype(np.float64, copy=True)
+        s = 1.0
+        for j in range(K):
+            if should_stop is not None and should_stop():
+                run.stopped = True
+                break
+
+            def inner(batches, v=v, s=s, e=e, j=j, u=u, w_tilde=w_tilde):
+                from solver.dsvrg import instance_coefficients
+
+                for pdf in batches:
+                    for _, row in pdf.iterrows():
+                        X, y = _unpack(row, d, sparse)
+                        order = np.random.default_rng(
+                            np.random.SeedSequence([seed, e, j])).permutation(y.size)
+                        xu = np.asarray(X @ u, dtype=np.float64).ravel()
+                        cw = instance_coefficients(y * np.asarray(X @ w_tilde).ravel(), y,
+                                                   params)
+                        vv = v.copy()
+                        o = np.ascontiguousarray(order, dtype=np.int64)
+                        if sparse:
+                            s2 = _inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
+                                            s, eta, slam, th, ups)
+                        else:
+                            s2 = _inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
+                                              eta, slam, th, ups)
+                        yield pd.DataFrame({"v": [vv], "s": [float(s2)]})
+
+            out = packed.filter(F.col("part") == F.lit(j)) \
+                .mapInPandas(inner, "v array<double>, s double").collect()
+            if out:
+                v = np.asarray(out[0]["v"], dtype=np.float64)
+                s = float(out[0]["s"])
+        w = u + s * v
+        if run.stopped:
+            break
+        h, loss = _gradient(packed, w, params, d, sparse, M)
+        gn = float(np.linalg.norm(h))
+        obj = float(0.5 * np.dot(w, w) + params.lam / (2.0 * M) * loss
+                    / (1.0 - params.theta) ** 2)
+        rec = {"epoch": e, "objective": obj, "grad_norm": gn,
+               "seconds": time.perf_counter() - t0, "elapsed": time.perf_counter() - t_start,
+               "backend": "spark"}
+        run.history.append(rec)
+        run.w = w
+        if progress is not None:
+            progress(e / E, f"epoch {e}/{E}: objective {obj:.6g}, |grad| {gn:.3g}", rec)
+        if not np.isfinite(gn):
+            raise FloatingPointError(f"DSVRG diverged at epoch {e} (step size {eta:g})")
+        if gn <= tol * g0:
+            run.converged = True
+            break
+    run.w = w
+    packed.unpersist()
+    return run
