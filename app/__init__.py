@@ -1,0 +1,1 @@
+"""sodm REST service: datasets, training jobs, models and predictions."""

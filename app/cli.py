@@ -1,0 +1,283 @@
+"""The ``sodm`` command line: serve, worker, migrate, API-key management, and ``run`` (the
+embedded quick start behind ``make run``).
+
+Keys are printed once, at creation; only their hashes are stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from app.config import get_settings
+
+# arbitrary constant identifying "sodm schema migration" in pg_advisory_xact_lock
+MIGRATION_LOCK_KEY = 0x50D3_A11E
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def migrate(database_url: str | None = None) -> None:
+    """``alembic upgrade head``; on Postgres under a transaction-scoped advisory lock so
+    concurrent migrators (several replicas starting) run one after the other."""
+    from alembic import command
+    from sqlalchemy import create_engine, pool, text
+
+    from migrations import alembic_config
+
+    settings = get_settings()
+    url = database_url or settings.resolved_database_url
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    cfg = alembic_config(url)
+    if not url.startswith("postgresql"):
+        command.upgrade(cfg, "head")
+        return
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def create_key(tenant: str, name: str = "") -> str:
+    from app.db import session_scope
+    from app.services.apikeys import create_key as _create
+
+    with session_scope() as session:
+        _, key = _create(session, tenant, name)
+    return key
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    s = get_settings()
+    uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
+                workers=args.workers, proxy_headers=True)
+    return 0
+
+
+def worker_command(queue: str | None = None) -> list[str]:
+    q = queue or get_settings().celery_queue
+    return [sys.executable, "-m", "celery", "-A", "worker.celery_app:celery_app", "worker",
+            "--loglevel=INFO", "--concurrency=1", "-Q", q]
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    cmd = worker_command(args.queue)
+    os.execv(cmd[0], cmd)
+    return 0  # pragma: no cover - exec does not return
+
+
+def _cmd_worker_ping(args: argparse.Namespace) -> int:
+    """Healthcheck of a worker: a Celery control ping to this host's node answers in time."""
+    import socket
+
+    from worker.celery_app import celery_app
+
+    node = (args.name or "celery@%h").replace("%h", socket.gethostname())
+    replies = celery_app.control.ping(destination=[node], timeout=args.timeout)
+    if any(node in r for r in replies):
+        print(f"{node}: pong")
+        return 0
+    _err(f"{node}: no reply within {args.timeout}s")
+    return 1
+
+
+def spark_connect_command(host: str, port: int, master: str) -> tuple[list[str], dict[str, str]]:
+    """The pyspark wheel's Spark Connect server in the foreground (``spark-submit`` execs the
+    JVM, so signals reach it), with this Python (and so ``solver``) for its Python workers."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("pyspark")  # located, not imported: app/ stays pyspark-free
+    if spec is None or spec.origin is None:
+        raise SystemExit("sodm spark-connect needs the spark extra: pip install 'sodm[spark]'")
+    home = Path(spec.origin).resolve().parent
+    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
+               PYSPARK_DRIVER_PYTHON=sys.executable)
+    cmd = [str(home / "bin" / "spark-submit"),
+           "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--name", "Spark Connect server", "--master", master,
+           "--conf", f"spark.connect.grpc.binding.address={host}",
+           "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", "spark.ui.enabled=false"]
+    return cmd, env
+
+
+def _cmd_spark_connect(args: argparse.Namespace) -> int:
+    cmd, env = spark_connect_command(args.host, args.port, args.master)
+    os.execve(cmd[0], cmd, env)
+    return 0  # pragma: no cover - exec does not return
+
+
+def _cmd_spark_connect_ping(args: argparse.Namespace) -> int:
+    """Healthcheck of the Spark Connect server: its gRPC port accepts connections."""
+    import socket
+
+    try:
+        with socket.create_connection((args.host, args.port), timeout=args.timeout):
+            pass
+    except OSError as exc:
+        _err(f"spark connect {args.host}:{args.port} unreachable: {exc.strerror or exc}")
+        return 1
+    print(f"spark connect {args.host}:{args.port}: listening")
+    return 0
+
+
+def _cmd_migrate(_: argparse.Namespace) -> int:
+    migrate()
+    _err("database migrated to head")
+    return 0
+
+
+def _cmd_create_key(args: argparse.Namespace) -> int:
+    key = create_key(args.tenant, args.name)
+    _err(f"created a key for tenant {args.tenant!r}; it is shown only this once:")
+    print(key, flush=True)
+    return 0
+
+
+def _cmd_revoke_key(args: argparse.Namespace) -> int:
+    from app.db import session_scope
+    from app.services.apikeys import revoke_key
+
+    try:
+        with session_scope() as session:
+            n = revoke_key(session, args.prefix)
+    except ValueError as exc:
+        _err(str(exc))
+        return 2
+    if n == 0:
+        _err("no live key matches that prefix")
+        return 1
+    print(f"revoked {n} key(s)")
+    return 0
+
+
+def _cmd_list_keys(args: argparse.Namespace) -> int:
+    from app.db import session_scope
+    from app.services.apikeys import list_keys
+
+    with session_scope() as session:
+        keys = list_keys(session, args.tenant)
+    print(f"{'PREFIX':<14}{'TENANT':<24}{'CREATED':<28}STATUS")
+    for k in keys:
+        status = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+        print(f"{k.prefix:<14}{k.tenant:<24}{k.created_at:%Y-%m-%d %H:%M:%S}{'':<9}{status}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Quick start: data dir, migrated database, a fresh key, API + one worker as children."""
+    s = get_settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate()
+    key = create_key("default", "quick start")
+    host, port = args.host or s.host, args.port or s.port
+    # own process groups: a terminal Ctrl-C reaches only this process, which forwards it
+    # once (a second SIGINT would make uvicorn and celery skip their graceful shutdown)
+    api = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", host,
+                            "--port", str(port)], start_new_session=True)
+    worker = subprocess.Popen(worker_command(), start_new_session=True)
+    children = [api, worker]
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    print(f"Dashboard/API: http://{shown_host}:{port}", flush=True)
+    print(f"API key: {key}", flush=True)
+    print("(Ctrl-C stops the API and the worker)", flush=True)
+
+    stopping = {"signal": None}
+
+    def forward(signum: int, _frame: object) -> None:
+        stopping["signal"] = signum
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    code = 0
+    while True:
+        if all(c.poll() is not None for c in children):
+            break
+        dead = [c for c in children if c.poll() is not None]
+        if dead and stopping["signal"] is None:
+            _err(f"a child process exited (code {dead[0].returncode}); stopping the others")
+            code = dead[0].returncode or 1
+            forward(signal.SIGTERM, None)
+        time.sleep(0.2)
+    deadline = time.monotonic() + 40
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sodm", description="SODM training service")
+    sub = p.add_subparsers(dest="command", required=True)
+    sp = sub.add_parser("serve", help="run the API (uvicorn)")
+    sp.add_argument("--host")
+    sp.add_argument("--port", type=int)
+    sp.add_argument("--workers", type=int, default=1)
+    sp.set_defaults(func=_cmd_serve)
+    sp = sub.add_parser("worker", help="run one Celery worker (concurrency 1)")
+    sp.add_argument("--queue", help="queue name (default SODM_CELERY_QUEUE)")
+    sp.set_defaults(func=_cmd_worker)
+    sp = sub.add_parser("worker-ping", help="healthcheck: ping this host's worker node")
+    sp.add_argument("--name", help="node name (default celery@%%h)")
+    sp.add_argument("--timeout", type=float, default=5.0)
+    sp.set_defaults(func=_cmd_worker_ping)
+    sp = sub.add_parser("spark-connect", help="run a Spark Connect server (foreground)")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=15002)
+    sp.add_argument("--master", default="local[*]")
+    sp.set_defaults(func=_cmd_spark_connect)
+    sp = sub.add_parser("spark-connect-ping", help="healthcheck: the Spark Connect port answers")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=15002)
+    sp.add_argument("--timeout", type=float, default=3.0)
+    sp.set_defaults(func=_cmd_spark_connect_ping)
+    sp = sub.add_parser("migrate", help="alembic upgrade head (advisory-locked on Postgres)")
+    sp.set_defaults(func=_cmd_migrate)
+    sp = sub.add_parser("create-key", help="create an API key (printed once)")
+    sp.add_argument("--tenant", required=True)
+    sp.add_argument("--name", default="", help="a label for the key")
+    sp.set_defaults(func=_cmd_create_key)
+    sp = sub.add_parser("revoke-key", help="revoke keys by prefix (or the full key)")
+    sp.add_argument("prefix")
+    sp.set_defaults(func=_cmd_revoke_key)
+    sp = sub.add_parser("list-keys", help="list keys (prefixes only)")
+    sp.add_argument("--tenant")
+    sp.set_defaults(func=_cmd_list_keys)
+    sp = sub.add_parser("run", help="quick start: migrate, create a key, API + one worker")
+    sp.add_argument("--host")
+    sp.add_argument("--port", type=int)
+    sp.set_defaults(func=_cmd_run)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Service configuration from environment variables (pydantic-settings).
+
+Defaults are the embedded quick-start stack (a SQLite file and kombu's SQLAlchemy
+transport under ``SODM_DATA_DIR``); the real stack sets ``DATABASE_URL`` to Postgres and
+``CELERY_BROKER_URL`` to Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """All knobs of the service; every field maps to an upper-case environment variable."""
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    data_dir: Path = Field(default=Path(".data"), alias="SODM_DATA_DIR")
+    database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    celery_broker_url: str | None = Field(default=None, alias="CELERY_BROKER_URL")
+
+    # uploads and prediction limits
+    max_upload_bytes: int = Field(default=1 << 30, alias="SODM_MAX_UPLOAD_BYTES")
+    # cap on what a .gz/.xz upload may expand to (decompression-bomb guard)
+    max_decompressed_bytes: int = Field(default=4 << 30, alias="SODM_MAX_DECOMPRESSED_BYTES")
+    max_predict_rows: int = Field(default=10_000, alias="SODM_MAX_PREDICT_ROWS")
+    max_predict_body_bytes: int = Field(default=64 << 20, alias="SODM_MAX_PREDICT_BODY_BYTES")
+
+    # jobs
+    job_max_attempts: int = Field(default=3, alias="SODM_JOB_MAX_ATTEMPTS")
+    job_lease_seconds: int = Field(default=60, alias="SODM_JOB_LEASE_SECONDS")
+    job_heartbeat_seconds: float = Field(default=5.0, alias="SODM_JOB_HEARTBEAT_SECONDS")
+    job_time_limit_seconds: int = Field(default=6 * 3600, alias="SODM_JOB_TIME_LIMIT_SECONDS")
+    reaper_interval_seconds: float = Field(default=15.0, alias="SODM_REAPER_INTERVAL_SECONDS")
+    requeue_after_seconds: float = Field(default=60.0, alias="SODM_REQUEUE_AFTER_SECONDS")
+
+    # celery: queue name (unique per test session) and broker visibility timeout
+    # (None: twice the job time limit, so a long job is never redelivered while it runs)
+    celery_queue: str = Field(default="sodm", alias="SODM_CELERY_QUEUE")
+    visibility_timeout_seconds: int | None = Field(
+        default=None, alias="SODM_VISIBILITY_TIMEOUT_SECONDS"
+    )
+    model_cache_size: int = Field(default=16, alias="SODM_MODEL_CACHE_SIZE")
+
+    # spark backend (worker side); neither set = backend "spark" refused at POST /train
+    spark_remote: str | None = Field(default=None, alias="SODM_SPARK_REMOTE")
+    spark_master: str | None = Field(default=None, alias="SODM_SPARK_MASTER")
+
+    # http
+    # a JSON list or comma-separated origins; empty = CORS closed
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list,
+                                                         alias="SODM_CORS_ORIGINS")
+    rate_limit_per_minute: int = Field(default=600, alias="SODM_RATE_LIMIT_PER_MINUTE")
+    host: str = Field(default="127.0.0.1", alias="SODM_HOST")
+    port: int = Field(default=8000, alias="SODM_PORT")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [o.strip() for o in text.split(",") if o.strip()]
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy URL; the embedded default is a SQLite file in the data directory."""
+        if self.database_url:
+            url = self.database_url
+            if url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url[len("postgresql://") :]
+            return url
+        return f"sqlite:///{(self.data_dir / 'sodm.db').resolve()}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        """The Celery broker; the embedded default is kombu's SQLAlchemy transport (a file)."""
+        if self.celery_broker_url:
+            return self.celery_broker_url
+        return f"sqla+sqlite:///{(self.data_dir / 'broker.db').resolve()}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Process-wide settings (tests clear the cache after changing the environment)."""
+    return Settings()

@@ -1,0 +1,143 @@
+"""ORM tables: tenants, API keys, datasets, jobs, models. Postgres is the truth about jobs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+JOB_STATES = ("QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "CANCELLED")
+TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ApiKey(Base):
+    """An API key; only its SHA-256 hash is stored. ``prefix`` identifies it in listings."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    format: Mapped[str] = mapped_column(String(16))  # the uploaded format: csv | libsvm | parquet
+    n_rows: Mapped[int] = mapped_column(Integer)
+    n_features: Mapped[int] = mapped_column(Integer)
+    classes: Mapped[dict[str, int]] = mapped_column(JSONType)  # original label -> count
+    sparse: Mapped[bool] = mapped_column(Boolean, default=False)
+    storage_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
+    size_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    sha256: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idem"),
+        Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_jobs_state_lease", "state", "lease_until"),
+    )
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
+    test_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
+    algorithm: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str] = mapped_column(String(16), default="local")
+    params: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    request: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)  # the full body
+    model_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default="QUEUED")
+    progress_fraction: Mapped[float] = mapped_column(Float, default=0.0)
+    progress_message: Mapped[str] = mapped_column(Text, default="")
+    history: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    spark_session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    model_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+
+class Model(Base):
+    """A trained model version. ``job_id`` is unique: a job produces at most one model."""
+
+    __tablename__ = "models"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "name", "version", name="uq_models_name_version"),
+        Index("ix_models_tenant_created", "tenant_id", "created_at", "id"),
+    )
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    dataset_id: Mapped[str] = mapped_column(String(36), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    algorithm: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str] = mapped_column(String(16), default="local")
+    params: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    margin: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    n_features: Mapped[int] = mapped_column(Integer)
+    classes: Mapped[list[Any]] = mapped_column(JSONType, default=list)
+    n_support_vectors: Mapped[int] = mapped_column(Integer, default=0)
+    train_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    file_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
+    file_sha256: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

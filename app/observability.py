@@ -1,0 +1,134 @@
+"""Prometheus metrics and the request-metrics ASGI middleware.
+
+Request counters and latency histograms are labelled by the route *template* (``/jobs/{job_id}``,
+never the concrete path, so ids do not blow up cardinality). Job counts by state and the
+broker queue depth are computed when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("sodm.observability")
+
+REQUESTS = Counter("sodm_http_requests_total", "HTTP requests by method, route and status",
+                   ["method", "route", "status"])
+LATENCY = Histogram("sodm_http_request_duration_seconds", "HTTP request latency by route",
+                    ["method", "route"],
+                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+DATASET_UPLOADS = Counter("sodm_dataset_uploads_total", "Dataset uploads by outcome",
+                          ["outcome"])
+
+
+def route_label(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware (does not buffer streaming responses such as SSE)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = route_label(scope)
+            method = scope.get("method", "GET")
+            REQUESTS.labels(method, route, str(status["code"])).inc()
+            LATENCY.labels(method, route).observe(time.perf_counter() - start)
+
+
+class JobsCollector(Collector):
+    """``sodm_jobs`` by state and ``sodm_queue_depth``, computed at scrape time."""
+
+    def describe(self) -> Iterable[Any]:
+        """Static description, so registering does not query the database."""
+        yield GaugeMetricFamily("sodm_jobs", "Jobs by state (all tenants)", labels=["state"])
+        yield GaugeMetricFamily("sodm_queue_depth", "Messages waiting in the broker queue",
+                                labels=["queue"])
+
+    def collect(self) -> Iterable[Any]:
+        from app.models import JOB_STATES
+
+        jobs = GaugeMetricFamily("sodm_jobs", "Jobs by state (all tenants)", labels=["state"])
+        counts = job_counts()
+        for state in JOB_STATES:
+            jobs.add_metric([state], float(counts.get(state, 0)))
+        yield jobs
+        depth = queue_depth()
+        if depth is not None:
+            q = GaugeMetricFamily("sodm_queue_depth", "Messages waiting in the broker queue",
+                                  labels=["queue"])
+            from app.config import get_settings
+
+            q.add_metric([get_settings().celery_queue], float(depth))
+            yield q
+
+
+def job_counts() -> dict[str, int]:
+    try:
+        from sqlalchemy import func, select
+
+        from app.db import get_sessionmaker
+        from app.models import Job
+
+        with get_sessionmaker()() as s:
+            return dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+    except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the DB is down
+        log.warning("job counts unavailable: %s", type(exc).__name__)
+        return {}
+
+
+def queue_depth() -> int | None:
+    """LLEN of the Celery queue on a Redis broker; None for other brokers or when down."""
+    from app.config import get_settings
+
+    settings = get_settings()
+    url = settings.resolved_broker_url
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    try:
+        import redis
+
+        client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        try:
+            return int(client.llen(settings.celery_queue))
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("queue depth unavailable: %s", type(exc).__name__)
+        return None
+
+
+_collector: JobsCollector | None = None
+
+
+def register_collectors() -> None:
+    """Register the scrape-time collector once per process."""
+    global _collector
+    if _collector is None:
+        _collector = JobsCollector()
+        REGISTRY.register(_collector)

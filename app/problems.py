@@ -1,0 +1,115 @@
+"""RFC 9457 problem details: the ``ProblemError`` exception and its JSON renderer.
+
+Any code (routes, services, dependencies) raises ``ProblemError``; the handlers installed by
+``install_problem_handlers`` turn it, FastAPI's validation errors, Starlette's HTTP errors and
+unexpected exceptions into ``application/problem+json`` responses.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("sodm.problems")
+
+PROBLEM_BASE = "https://sodm.dev/problems/"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+_RESERVED = {"type", "title", "status", "detail", "instance"}
+
+
+def problem_type(slug: str) -> str:
+    """The ``type`` URI of a problem slug (``"invalid-libsvm"`` -> full URI)."""
+    return slug if "://" in slug or slug == "about:blank" else PROBLEM_BASE + slug
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "problem"
+
+
+class ProblemError(Exception):
+    """An error that renders as a problem+json response.
+
+    ``type`` is a slug or URI (default: derived from ``title``); extra keyword arguments
+    become extension members (``line``, ``field``, ``errors``, ...). ``headers`` is taken
+    out of the extensions and sent as response headers (``Retry-After``, ...).
+    """
+
+    def __init__(self, status: int, title: str, detail: str | None = None,
+                 type: str | None = None, **extensions: Any) -> None:  # noqa: A002
+        self.headers: dict[str, str] = dict(extensions.pop("headers", None) or {})
+        self.status = int(status)
+        self.title = title
+        self.detail = detail
+        self.type = problem_type(type or _slug(title))
+        self.extensions = {k: v for k, v in extensions.items() if k not in _RESERVED}
+        super().__init__(f"{status} {title}: {detail}" if detail else f"{status} {title}")
+
+    def body(self, instance: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "title": self.title, "status": self.status}
+        if self.detail is not None:
+            out["detail"] = self.detail
+        if instance is not None:
+            out["instance"] = instance
+        out.update(self.extensions)
+        return out
+
+
+def problem_response(problem: ProblemError, instance: str | None = None) -> JSONResponse:
+    """Render a ``ProblemError`` (``instance`` is usually the request path)."""
+    return JSONResponse(jsonable_encoder(problem.body(instance)), status_code=problem.status,
+                        media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers or None)
+
+
+def _loc_to_field(loc: tuple | list) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
+    return ".".join(parts) if parts else ".".join(str(p) for p in loc)
+
+
+async def _problem_handler(request: Request, exc: ProblemError) -> JSONResponse:
+    return problem_response(exc, request.url.path)
+
+
+async def _validation_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = [{"location": [str(p) for p in e.get("loc", ())],
+               "field": _loc_to_field(e.get("loc", ())),
+               "message": e.get("msg", ""), "type": e.get("type", "")}
+              for e in exc.errors()]
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or None
+    return problem_response(ProblemError(422, "Request validation failed", detail=detail,
+                                         type="validation-error", errors=errors),
+                            request.url.path)
+
+
+async def _http_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    try:
+        title = HTTPStatus(exc.status_code).phrase
+    except ValueError:
+        title = "Error"
+    detail = exc.detail if isinstance(exc.detail, str) and exc.detail != title else None
+    problem = ProblemError(exc.status_code, title, detail=detail,
+                           type="about:blank" if exc.status_code in (404, 405) else None,
+                           headers=dict(exc.headers or {}))
+    return problem_response(problem, request.url.path)
+
+
+async def _unhandled_handler(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(ProblemError(500, "Internal server error",
+                                         detail="an unexpected error occurred; it was logged",
+                                         type="internal-error"), request.url.path)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Register every problem+json exception handler on ``app``."""
+    app.add_exception_handler(ProblemError, _problem_handler)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_handler)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_handler)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unhandled_handler)

@@ -1,0 +1,252 @@
+"""Routes: ``/datasets`` upload (streamed multipart), list, detail, delete.
+
+The upload body is parsed as it arrives (python-multipart's streaming parser): the file part
+goes straight to a temp file under ``SODM_DATA_DIR/tmp`` while its size is counted, so an
+oversized upload is cut off at the limit (413) instead of being spooled in full first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from pathlib import Path
+from typing import IO, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from python_multipart.multipart import MultipartParser, parse_options_header
+from sqlalchemy.orm import Session
+from starlette.requests import ClientDisconnect
+
+from app.auth import current_tenant
+from app.config import get_settings
+from app.db import get_session, get_sessionmaker
+from app.models import Tenant
+from app.observability import DATASET_UPLOADS
+from app.problems import ProblemError
+from app.schemas.common import IdPath, problem_responses
+from app.schemas.datasets import DatasetList, DatasetOut
+from app.services import datasets as datasets_service
+from app.services import storage
+
+router = APIRouter(tags=["datasets"])
+
+MAX_FIELD_BYTES = 4096
+FORM_OVERHEAD_BYTES = 64 * 1024  # multipart headers + small fields on top of the file
+TEXT_FIELDS = ("format", "name", "label_column", "n_features")
+
+_UPLOAD_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": {
+            "type": "object", "required": ["file"],
+            "properties": {
+                "file": {"type": "string", "format": "binary",
+                         "description": "the data (optionally .gz/.xz compressed)"},
+                "format": {"type": "string", "enum": ["csv", "libsvm", "parquet"],
+                           "description": "inferred from the file name when absent"},
+                "name": {"type": "string"},
+                "label_column": {"type": "string", "default": "label",
+                                 "description": "csv / parquet label column"},
+                "n_features": {"type": "integer", "minimum": 1,
+                               "description": "libsvm: total feature count when the file's "
+                                              "largest index is smaller (a test split)"},
+            }}}},
+    }
+}
+
+
+def _too_large(limit: int) -> ProblemError:
+    return ProblemError(413, "Upload too large",
+                        detail=f"the file exceeds the upload limit of {limit} bytes",
+                        type="upload-too-large", limit_bytes=limit)
+
+
+class _FormReceiver:
+    """Callbacks for ``MultipartParser``: the ``file`` part to disk, small text fields to
+    memory; enforces the file size limit as bytes arrive."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.fields: dict[str, str] = {}
+        self.file_path: Path | None = None
+        self.filename: str | None = None
+        self.file_bytes = 0
+        self.sha = hashlib.sha256()
+        self._fh: IO[bytes] | None = None
+        self._headers: dict[str, str] = {}
+        self._hname = b""
+        self._hvalue = b""
+        self._part: str | None = None
+        self._is_file = False
+        self._buf = bytearray()
+
+    def callbacks(self) -> dict[str, Any]:
+        return {"on_part_begin": self._part_begin, "on_header_field": self._header_field,
+                "on_header_value": self._header_value, "on_header_end": self._header_end,
+                "on_headers_finished": self._headers_finished, "on_part_data": self._data,
+                "on_part_end": self._part_end}
+
+    def _part_begin(self) -> None:
+        self._headers, self._part, self._is_file = {}, None, False
+        self._buf = bytearray()
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._hname += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._hvalue += data[start:end]
+
+    def _header_end(self) -> None:
+        self._headers[self._hname.decode("latin-1").lower()] = self._hvalue.decode("latin-1")
+        self._hname, self._hvalue = b"", b""
+
+    def _headers_finished(self) -> None:
+        _, params = parse_options_header(self._headers.get("content-disposition", ""))
+        self._part = params.get(b"name", b"").decode("utf-8", "replace")
+        if self._part == "file":
+            if self.file_path is not None:
+                raise ProblemError(422, "Request validation failed",
+                                   detail="send exactly one file part", type="validation-error",
+                                   errors=[{"field": "file", "message": "more than one file"}])
+            self._is_file = True
+            raw = params.get(b"filename")
+            self.filename = raw.decode("utf-8", "replace") if raw is not None else None
+            with storage.storage_errors():
+                self.file_path = storage.new_tmp_path(".upload")
+                self._fh = open(self.file_path, "wb")  # noqa: SIM115 - closed in _part_end
+
+    def _data(self, data: bytes, start: int, end: int) -> None:
+        chunk = data[start:end]
+        if self._is_file:
+            self.file_bytes += len(chunk)
+            if self.file_bytes > self.limit:
+                raise _too_large(self.limit)
+            self.sha.update(chunk)
+            with storage.storage_errors():
+                self._fh.write(chunk)  # type: ignore[union-attr]
+        else:
+            self._buf += chunk
+            if len(self._buf) > MAX_FIELD_BYTES:
+                raise ProblemError(422, "Request validation failed",
+                                   detail=f"form field {self._part!r} is too long",
+                                   type="validation-error",
+                                   errors=[{"field": self._part, "message": "too long"}])
+
+    def _part_end(self) -> None:
+        if self._is_file and self._fh is not None:
+            with storage.storage_errors():
+                self._fh.close()
+            self._fh = None
+        elif self._part in TEXT_FIELDS:
+            value = self._buf.decode("utf-8", "replace").strip()
+            if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+                raise ProblemError(422, "Request validation failed",
+                                   detail=f"form field {self._part!r} contains control "
+                                   "characters", type="validation-error", field=self._part,
+                                   errors=[{"field": self._part,
+                                            "message": "control characters are not allowed"}])
+            self.fields[self._part] = value
+
+    def cleanup(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+        if self.file_path is not None:
+            self.file_path.unlink(missing_ok=True)
+
+
+def _n_features(raw: str | None) -> int | None:
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) <= 100_000_000:
+        raise ProblemError(422, "Request validation failed",
+                           detail="n_features must be a positive integer",
+                           type="validation-error",
+                           errors=[{"location": ["body", "n_features"], "field": "n_features",
+                                    "message": "a positive integer"}])
+    return int(raw)
+
+
+def _create(tenant: Tenant, rx: _FormReceiver) -> dict[str, Any]:
+    n_features = _n_features(rx.fields.get("n_features"))
+    with get_sessionmaker()() as session:
+        ds = datasets_service.create_dataset(
+            session, tenant, rx.file_path,  # type: ignore[arg-type]
+            filename=rx.filename, declared_format=rx.fields.get("format") or None,
+            name=rx.fields.get("name"), label_column=rx.fields.get("label_column") or "label",
+            sha256=rx.sha.hexdigest(), size_bytes=rx.file_bytes, n_features=n_features)
+        return datasets_service.dataset_out(ds)
+
+
+@router.post("/datasets", status_code=201, response_model=DatasetOut,
+             openapi_extra=_UPLOAD_SCHEMA,
+             responses=problem_responses(401, 413, 415, 422, 507))
+async def upload_dataset(request: Request, response: Response,
+                         tenant: Tenant = Depends(current_tenant)) -> dict[str, Any]:
+    """Upload a dataset (multipart ``file``, ``format``, ``name``, ``label_column``); answers
+    201 with the stored dataset and its ``Location``."""
+    limit = get_settings().max_upload_bytes
+    ctype, params = parse_options_header(request.headers.get("content-type", ""))
+    if ctype != b"multipart/form-data" or not params.get(b"boundary"):
+        raise ProblemError(415, "Unsupported media type",
+                           detail="send multipart/form-data with a 'file' part",
+                           type="unsupported-media-type")
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > limit + FORM_OVERHEAD_BYTES:
+        DATASET_UPLOADS.labels("too_large").inc()
+        raise _too_large(limit)
+    rx = _FormReceiver(limit)
+    try:
+        parser = MultipartParser(params[b"boundary"], rx.callbacks())
+        try:
+            async for chunk in request.stream():
+                parser.write(chunk)
+            parser.finalize()
+        except ClientDisconnect as exc:
+            raise ProblemError(400, "Upload interrupted", detail="the client disconnected",
+                               type="upload-interrupted") from exc
+        except ProblemError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - malformed multipart framing
+            raise ProblemError(400, "Malformed multipart body", detail=type(exc).__name__,
+                               type="malformed-multipart") from exc
+        if rx.file_path is None:
+            raise ProblemError(422, "Request validation failed", detail="the 'file' part is "
+                               "missing", type="validation-error",
+                               errors=[{"location": ["body", "file"], "field": "file",
+                                        "message": "Field required"}])
+        out = await run_in_threadpool(_create, tenant, rx)
+    except ProblemError as exc:
+        DATASET_UPLOADS.labels("too_large" if exc.status == 413 else "rejected").inc()
+        raise
+    finally:
+        rx.cleanup()
+    DATASET_UPLOADS.labels("stored").inc()
+    response.headers["Location"] = f"/datasets/{out['id']}"
+    return out
+
+
+@router.get("/datasets", response_model=DatasetList, responses=problem_responses(401, 422))
+def list_datasets(cursor: str | None = None, limit: int = Query(default=50, ge=1, le=500),
+                  tenant: Tenant = Depends(current_tenant),
+                  session: Session = Depends(get_session)) -> dict[str, Any]:
+    """This tenant's datasets, newest first; pass ``next_cursor`` back as ``cursor``."""
+    rows, next_cursor = datasets_service.list_datasets(session, tenant, cursor, limit)
+    return {"items": [datasets_service.dataset_out(d) for d in rows], "next_cursor": next_cursor}
+
+
+@router.get("/datasets/{dataset_id}", response_model=DatasetOut,
+            responses=problem_responses(401, 404))
+def get_dataset(dataset_id: IdPath, tenant: Tenant = Depends(current_tenant),
+                session: Session = Depends(get_session)) -> dict[str, Any]:
+    return datasets_service.dataset_out(datasets_service.get_dataset(session, tenant, dataset_id))
+
+
+@router.delete("/datasets/{dataset_id}", status_code=204, response_class=Response,
+               responses=problem_responses(401, 404, 409))
+def delete_dataset(dataset_id: IdPath, tenant: Tenant = Depends(current_tenant),
+                   session: Session = Depends(get_session)) -> Response:
+    """Delete the dataset (row soft-deleted, files removed); 409 while a job uses it."""
+    datasets_service.delete_dataset(session, tenant, dataset_id)
+    return Response(status_code=204)

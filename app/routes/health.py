@@ -1,0 +1,91 @@
+"""Routes: ``/livez`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``.
+
+None of them needs a key: orchestrators and Prometheus call them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Callable
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from sqlalchemy import text
+
+from app.config import get_settings
+from app.db import get_engine
+from app.problems import ProblemError
+
+router = APIRouter(tags=["health"])
+log = logging.getLogger("sodm.health")
+
+CHECK_TIMEOUT_SECONDS = 2.0
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="readyz")
+
+
+def check_database() -> None:
+    with get_engine().connect() as conn:
+        conn.execute(text("SELECT 1"))
+
+
+def check_broker() -> None:
+    url = get_settings().resolved_broker_url
+    if url.startswith(("redis://", "rediss://")):
+        import redis
+
+        client = redis.Redis.from_url(url, socket_timeout=CHECK_TIMEOUT_SECONDS,
+                                      socket_connect_timeout=CHECK_TIMEOUT_SECONDS)
+        try:
+            client.ping()
+        finally:
+            client.close()
+        return
+    from kombu import Connection
+
+    with Connection(url, connect_timeout=CHECK_TIMEOUT_SECONDS) as conn:
+        conn.ensure_connection(max_retries=1, timeout=CHECK_TIMEOUT_SECONDS)
+
+
+CHECKS: dict[str, Callable[[], None]] = {"database": check_database, "broker": check_broker}
+
+
+def run_checks() -> dict[str, str]:
+    """Each check's outcome: ``"ok"`` or the error class name (never connection strings)."""
+    futures = {name: _pool.submit(fn) for name, fn in CHECKS.items()}
+    results: dict[str, str] = {}
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=CHECK_TIMEOUT_SECONDS + 0.5)
+            results[name] = "ok"
+        except concurrent.futures.TimeoutError:
+            results[name] = "timeout"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
+            log.warning("readiness check %s failed: %s", name, type(exc).__name__)
+            results[name] = type(exc).__name__
+    return results
+
+
+@router.get("/livez")
+def livez() -> dict[str, str]:
+    """The process is up and serving (no dependency checks)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "a dependency is down (problem+json)"}})
+def readyz() -> dict:
+    """200 when the database answers ``SELECT 1`` and the broker answers a ping, else 503."""
+    checks = run_checks()
+    down = sorted(name for name, outcome in checks.items() if outcome != "ok")
+    if down:
+        raise ProblemError(503, "Service not ready", detail=f"unreachable: {', '.join(down)}",
+                           type="not-ready", checks=checks, down=down,
+                           headers={"Retry-After": "5"})
+    return {"status": "ok", "checks": checks}
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def metrics() -> Response:
+    """Prometheus exposition: request counts and latencies, jobs by state, queue depth."""
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

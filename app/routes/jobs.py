@@ -1,0 +1,96 @@
+"""Routes: ``/jobs`` list, detail, cancel and the server-sent-events progress stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+
+from app.auth import current_tenant
+from app.db import get_session, get_sessionmaker
+from app.models import JOB_STATES, Job, Tenant
+from app.schemas.common import IdPath
+from app.schemas.jobs import JobList, JobOut
+from app.services import jobs as jobs_service
+
+router = APIRouter(tags=["jobs"])
+
+SSE_POLL_SECONDS = 0.5
+SSE_KEEPALIVE_SECONDS = 15.0
+
+
+@router.get("/jobs", response_model=JobList)
+def list_jobs(state: str | None = Query(default=None, pattern="^(" + "|".join(JOB_STATES) + ")$"),
+              cursor: str | None = None, limit: int = Query(default=50, ge=1, le=500),
+              tenant: Tenant = Depends(current_tenant),
+              session: Session = Depends(get_session)) -> dict:
+    rows, next_cursor = jobs_service.list_jobs(session, tenant, state, cursor, limit)
+    return {"items": [jobs_service.job_out(j) for j in rows], "next_cursor": next_cursor}
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+def get_job(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
+            session: Session = Depends(get_session)) -> dict:
+    return jobs_service.job_out(jobs_service.get_job(session, tenant, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: IdPath, response: Response, tenant: Tenant = Depends(current_tenant),
+               session: Session = Depends(get_session)) -> dict:
+    """200 with CANCELLED for a queued job, 202 with CANCELLING for a running one (the
+    worker stops the fit, then CANCELLED), 409 problem for a finished job."""
+    job = jobs_service.cancel_job(session, tenant, job_id)
+    response.status_code = 200 if job.state == "CANCELLED" else 202
+    return jobs_service.job_out(job)
+
+
+def _sse(event: str, data: dict, event_id: int) -> str:
+    return f"id: {event_id}\nevent: {event}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+def _events(job_id: str) -> Iterator[str]:
+    """Poll the job row; emit ``state`` and ``progress`` events until a terminal state."""
+    last_state: str | None = None
+    last_progress: tuple | None = None
+    last_sent = time.monotonic()
+    n = 0
+    maker = get_sessionmaker()
+    while True:
+        with maker() as s:
+            job = s.get(Job, job_id)
+            if job is None:
+                return
+            out = jobs_service.job_out(job)
+        progress = (out["progress"]["fraction"], out["progress"]["message"])
+        if out["state"] != last_state:
+            n += 1
+            last_state = out["state"]
+            yield _sse("state", {"state": last_state, "attempt": out["attempt"],
+                                 "model_id": out["model_id"], "error": out["error"]}, n)
+            last_sent = time.monotonic()
+        if progress != last_progress:
+            n += 1
+            last_progress = progress
+            yield _sse("progress", {"fraction": progress[0], "message": progress[1],
+                                    "state": last_state}, n)
+            last_sent = time.monotonic()
+        if jobs_service.is_terminal(last_state):
+            return
+        if time.monotonic() - last_sent > SSE_KEEPALIVE_SECONDS:
+            yield ": keep-alive\n\n"
+            last_sent = time.monotonic()
+        time.sleep(SSE_POLL_SECONDS)
+
+
+@router.get("/jobs/{job_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}}})
+def job_events(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
+               session: Session = Depends(get_session)) -> StreamingResponse:
+    """Server-sent events: ``state`` and ``progress`` (JSON data); ends at a terminal state."""
+    jobs_service.get_job(session, tenant, job_id)  # 404 for unknown / other tenant's jobs
+    return StreamingResponse(_events(job_id), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -1,0 +1,29 @@
+"""Route: ``POST /train`` (202 + Location; Idempotency-Key replays the same job)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Header, Response
+from sqlalchemy.orm import Session
+
+from app.auth import current_tenant
+from app.db import get_session
+from app.models import Tenant
+from app.schemas.jobs import JobOut, TrainRequest
+from app.services import jobs as jobs_service
+
+router = APIRouter(tags=["jobs"])
+
+
+@router.post("/train", status_code=202, response_model=JobOut)
+def train(body: TrainRequest, response: Response,
+          idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+          tenant: Tenant = Depends(current_tenant),
+          session: Session = Depends(get_session)) -> dict:
+    """Queue a training job; poll ``Location`` or stream ``/jobs/{id}/events``."""
+    job, created = jobs_service.create_job(session, tenant, body, idempotency_key)
+    if created:
+        jobs_service.enqueue(job.id)
+        session.refresh(job)
+    response.headers["Location"] = f"/jobs/{job.id}"
+    response.headers["Retry-After"] = "2"
+    return jobs_service.job_out(job)

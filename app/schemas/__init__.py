@@ -1,0 +1,1 @@
+"""Pydantic request/response schemas of the REST API."""

@@ -1,0 +1,25 @@
+"""Response bodies of the ``/datasets`` resources."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class DatasetOut(BaseModel):
+    id: str
+    name: str
+    format: str = Field(description="the uploaded format: csv | libsvm | parquet")
+    n_rows: int
+    n_features: int
+    classes: dict[str, int] = Field(description="original label -> row count")
+    layout: str = Field(description="stored layout: dense | sparse")
+    size_bytes: int = Field(description="bytes uploaded (before decompression)")
+    sha256: str = Field(description="SHA-256 of the uploaded bytes")
+    created_at: datetime
+
+
+class DatasetList(BaseModel):
+    items: list[DatasetOut]
+    next_cursor: str | None = None

@@ -1,0 +1,33 @@
+"""Request and response bodies of ``POST /predict``.
+
+``instances`` is parsed by ``app.services.predictor`` (not by pydantic coercion) so that
+strings, booleans, NaN and infinities are rejected with a problem naming the row and column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.common import ID_PATTERN
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model_id: str | None = Field(default=None, max_length=64, pattern=ID_PATTERN)
+    model: str | None = Field(default=None, max_length=220, pattern=r"^[^\x00-\x1f\x7f]+$",
+                              description='"name" (latest version) or "name@version"')
+    instances: list[Any] = Field(
+        description="dense rows [[x0, x1, ...]] or sparse rows [{\"index\": value}] "
+        "(0-based string keys)"
+    )
+
+
+class PredictResponse(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+    model_id: str
+    labels: list[Any]
+    decision_values: list[Any]

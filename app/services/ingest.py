@@ -1,0 +1,536 @@
+"""Dataset ingestion: decompress, detect the format, parse and validate an uploaded file.
+
+Each parser has a fast path (scikit-learn's C LIBSVM reader; Python's C ``csv`` module for the
+row structure plus pyarrow's CSV reader for numbers; pyarrow for Parquet) and, only when that
+fails, a slow diagnostic pass that finds the first offending line and explains it. Every
+rejection is a 422 ``ProblemError`` with the extensions ``line`` (1-based; ``row`` for
+Parquet), ``field`` / ``column`` and ``value`` where they apply.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import lzma
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+
+from app.problems import ProblemError
+
+FORMATS = ("csv", "libsvm", "parquet")
+_EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".libsvm": "libsvm", ".svm": "libsvm",
+               ".svmlight": "libsvm", ".txt": "libsvm", ".t": "libsvm", ".scale": "libsvm",
+               ".parquet": "parquet", ".pq": "parquet"}
+GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+PARQUET_MAGIC = b"PAR1"
+CHUNK = 1 << 20
+MAX_VALUE_ECHO = 80  # characters of an offending value echoed back
+MAX_DETAIL = 400  # characters of a problem's detail
+
+_NUM = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+# the first line that is neither blank, a comment, nor "label idx:val ... [# comment]"
+_LIBSVM_BAD_LINE = re.compile(
+    rf"^(?![ \t]*(?:{_NUM}(?:[ \t]+\d+:{_NUM})*)?[ \t]*(?:#[^\n]*)?\r?$)[^\n]*$", re.M)
+_NUM_RE = re.compile(_NUM)
+
+
+@dataclass
+class Parsed:
+    """A parsed upload: features (dense or CSR), original labels, optional feature names."""
+
+    X: np.ndarray | sp.csr_matrix
+    y: np.ndarray
+    feature_names: list[str] | None = None
+
+
+def _echo(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_VALUE_ECHO else text[:MAX_VALUE_ECHO] + "..."
+
+
+def invalid(fmt: str, detail: str, **ext: Any) -> ProblemError:
+    titles = {"libsvm": "Invalid LIBSVM data", "csv": "Invalid CSV data",
+              "parquet": "Invalid Parquet data"}
+    if "value" in ext:
+        ext["value"] = _echo(ext["value"])
+    if len(detail) > MAX_DETAIL:  # the detail quotes the offending token: cut a huge one
+        detail = detail[:MAX_DETAIL] + "..."
+    return ProblemError(422, titles.get(fmt, "Invalid dataset"), detail=detail,
+                        type=f"invalid-{fmt}", format=fmt, **ext)
+
+
+# ---------------------------------------------------------------- compression and format
+
+def detect_compression(path: Path) -> str | None:
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(XZ_MAGIC):
+        return "xz"
+    return None
+
+
+def decompress(src: Path, kind: str, dest: Path, max_bytes: int) -> int:
+    """Stream-decompress ``src`` into ``dest``, refusing (413) more than ``max_bytes`` of
+    output (zip-bomb safe: output is counted chunk by chunk as it is produced); returns the
+    output size. Corrupt or truncated streams are a 422."""
+    opener: Any = gzip.open if kind == "gzip" else lzma.open
+    written = 0
+    try:
+        with opener(src, "rb") as fin, open(dest, "wb") as fout:
+            while chunk := fin.read(CHUNK):
+                written += len(chunk)
+                if written > max_bytes:
+                    raise ProblemError(
+                        413, "Decompressed upload too large",
+                        detail=f"the {kind} upload expands beyond {max_bytes} bytes",
+                        type="upload-too-large", limit_bytes=max_bytes)
+                fout.write(chunk)
+    except (lzma.LZMAError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
+        raise ProblemError(422, "Corrupt compressed upload",
+                           detail=f"the {kind} stream cannot be decompressed ({exc})",
+                           type="corrupt-compression") from exc
+    return written
+
+
+def infer_format(declared: str | None, filename: str | None) -> str:
+    """The declared format, else the one implied by the file name (``.csv.gz`` -> csv)."""
+    if declared:
+        fmt = declared.strip().lower()
+        if fmt in ("svmlight", "libsvm"):
+            return "libsvm"
+        if fmt not in FORMATS:
+            raise ProblemError(422, "Unknown format", detail=f"format must be one of {FORMATS}",
+                               type="unknown-format", field="format", value=_echo(declared))
+        return fmt
+    name = (filename or "").lower()
+    for suffix in (".gz", ".xz"):
+        name = name.removesuffix(suffix)
+    for ext, fmt in _EXTENSIONS.items():
+        if name.endswith(ext):
+            return fmt
+    raise ProblemError(422, "Unknown format",
+                       detail="give format=csv|libsvm|parquet (it cannot be inferred from the "
+                              "file name)", type="unknown-format", field="format")
+
+
+def _read_checked(path: Path, fmt: str) -> bytes:
+    """The file's bytes once known to be UTF-8 text; binary content (NUL bytes, invalid
+    UTF-8, Parquet) and empty files are refused."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise ProblemError(422, "Empty dataset", detail="the uploaded file has no data",
+                           type="empty-dataset")
+    if data.startswith(PARQUET_MAGIC):
+        raise ProblemError(422, "Wrong format",
+                           detail=f"declared format {fmt} but the file is Parquet",
+                           type="wrong-format", declared=fmt, detected="parquet")
+    nul = data.find(b"\x00")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        pos = exc.start if nul < 0 else min(nul, exc.start)
+        raise _binary(fmt, data, pos) from exc
+    if nul >= 0:
+        raise _binary(fmt, data, nul)
+    return data.removeprefix(b"\xef\xbb\xbf")
+
+
+def _read_text(path: Path, fmt: str) -> str:
+    return _read_checked(path, fmt).decode("utf-8")
+
+
+def _binary(fmt: str, data: bytes, pos: int) -> ProblemError:
+    line = data.count(b"\n", 0, pos) + 1
+    return ProblemError(422, "Not a text file",
+                        detail=f"line {line}: binary content (byte offset {pos}); "
+                               f"{fmt} uploads must be UTF-8 text",
+                        type="binary-content", format=fmt, line=line, offset=pos)
+
+
+def _check_classes(y: np.ndarray, fmt: str) -> None:
+    if y.size == 0:
+        raise ProblemError(422, "Empty dataset", detail="the file has no data rows",
+                           type="empty-dataset", format=fmt)
+    counts = class_counts(y)
+    if len(counts) < 2:
+        only = next(iter(counts))
+        raise ProblemError(422, "Fewer than two classes",
+                           detail=f"all {y.size} rows have the label {only}; "
+                                  "a classifier needs at least two classes",
+                           type="too-few-classes", format=fmt, classes=list(counts))
+
+
+# ---------------------------------------------------------------- LIBSVM
+
+def parse_libsvm(path: Path) -> Parsed:
+    """``label idx:val ...`` lines, 1-based strictly ascending indices, finite values.
+
+    scikit-learn's C parser does the work; only when it (or the finiteness check) fails does
+    the line-by-line diagnosis run, to name the first offending line."""
+    data = _read_checked(path, "libsvm")
+    first = data.split(b"\n", 1)[0]
+    if b"," in first and b":" not in first:
+        raise ProblemError(422, "Wrong format",
+                           detail="declared format libsvm but line 1 looks like CSV",
+                           type="wrong-format", declared="libsvm", detected="csv", line=1)
+    if b"qid:" in data:  # svmlight ranking files are not classification data
+        _diagnose_libsvm(data.decode("utf-8"))
+    try:
+        X, y = load_svmlight_file(io.BytesIO(data), zero_based=False, dtype=np.float64)
+    except ValueError as exc:
+        text = data.decode("utf-8")
+        _diagnose_libsvm(text)  # finds the first offending line and raises
+        bad = _LIBSVM_BAD_LINE.search(text)
+        lineno = text.count("\n", 0, bad.start()) + 1 if bad else None
+        raise invalid("libsvm", f"unreadable LIBSVM data: {exc}", line=lineno) from exc
+    if X.shape[0] == 0:
+        raise ProblemError(422, "Empty dataset", detail="the file has no data lines",
+                           type="empty-dataset", format="libsvm")
+    if not np.all(np.isfinite(y)) or (X.nnz and not np.all(np.isfinite(X.data))):
+        _diagnose_libsvm(data.decode("utf-8"))  # NaN / inf / overflowing values
+        raise invalid("libsvm", "a label or value is not a finite number")
+    _check_classes(y, "libsvm")
+    X = sp.csr_matrix(X)
+    return Parsed(X, y)
+
+
+def _diagnose_libsvm(text: str) -> None:
+    """Raise a precise 422 for the first offending line (the slow path, errors only)."""
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        tokens = line.split()
+        label = tokens[0]
+        if ":" in label:
+            raise invalid("libsvm", f"line {lineno}: the line must start with a label",
+                          line=lineno, field="label", value=label)
+        if not _NUM_RE.fullmatch(label):
+            raise invalid("libsvm", f"line {lineno}: label {label!r} is not a number",
+                          line=lineno, field="label", value=label)
+        prev = 0
+        for tok in tokens[1:]:
+            idx_s, sep, val_s = tok.partition(":")
+            if not sep or not idx_s or not val_s:
+                raise invalid("libsvm", f"line {lineno}: malformed token {tok!r} "
+                                        "(expected index:value)", line=lineno, field="token",
+                              value=tok)
+            if not idx_s.isdigit():
+                raise invalid("libsvm", f"line {lineno}: feature index {idx_s!r} is not a "
+                                        "positive integer", line=lineno, field="index",
+                              value=tok)
+            idx = int(idx_s)
+            if idx < 1:
+                raise invalid("libsvm", f"line {lineno}: feature index {idx} is not >= 1 "
+                                        "(LIBSVM indices are 1-based)", line=lineno,
+                              field="index", value=tok)
+            if idx == prev:
+                raise invalid("libsvm", f"line {lineno}: duplicate feature index {idx}",
+                              line=lineno, field="index", value=tok)
+            if idx < prev:
+                raise invalid("libsvm", f"line {lineno}: feature indices are not ascending "
+                                        f"({idx} after {prev})", line=lineno, field="index",
+                              value=tok)
+            prev = idx
+            try:
+                val = float(val_s)
+            except ValueError:
+                raise invalid("libsvm", f"line {lineno}: value {val_s!r} of feature {idx} is "
+                                        "not a number", line=lineno, field="value",
+                              value=tok) from None
+            if not math.isfinite(val) or not _NUM_RE.fullmatch(val_s):
+                raise invalid("libsvm", f"line {lineno}: value {val_s!r} of feature {idx} is "
+                                        "not a finite number", line=lineno, field="value",
+                              value=tok)
+
+
+# ---------------------------------------------------------------- CSV
+
+def parse_csv(path: Path, label_column: str) -> Parsed:
+    """A header row, one label column (numbers or text), numeric finite feature columns."""
+    text = _read_text(path, "csv")
+    stripped = text.lstrip("\r\n")  # the header must be the first row pyarrow sees
+    offset = text.count("\n", 0, len(text) - len(stripped))  # blank lines before it
+    text = stripped
+    first = text.split("\n", 1)[0]
+    if re.match(rf"^\s*{_NUM}(\s+\d+:{_NUM})+\s*$", first):
+        raise ProblemError(422, "Wrong format",
+                           detail="declared format csv but line 1 looks like LIBSVM",
+                           type="wrong-format", declared="csv", detected="libsvm", line=1)
+    try:
+        dialect_delim = csv.Sniffer().sniff(first, delimiters=",;\t").delimiter
+    except csv.Error:
+        dialect_delim = ","
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=dialect_delim)
+    header: list[str] | None = None
+    data_lines: list[int] = []
+    for row in reader:
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        lineno = reader.line_num + offset
+        if header is None:
+            header = [h.strip() for h in row]
+            if label_column not in header:
+                raise ProblemError(422, "Missing label column",
+                                   detail=f"no column named {label_column!r} in the header "
+                                          "(set label_column)", type="missing-label-column",
+                                   format="csv", line=lineno, column=label_column,
+                                   columns=header[:50])
+            if len(set(header)) != len(header):
+                dup = next(h for h in header if header.count(h) > 1)
+                raise invalid("csv", f"line {lineno}: duplicate column name {dup!r}",
+                              line=lineno, column=dup, value=dup)
+            if len(header) < 2:
+                raise invalid("csv", "there are no feature columns besides the label",
+                              line=lineno, column=label_column)
+            continue
+        if len(row) != len(header):
+            raise invalid("csv", f"line {lineno}: {len(row)} fields, the header has "
+                                 f"{len(header)}", line=lineno, field="row",
+                          value=dialect_delim.join(row))
+        data_lines.append(lineno)
+    if header is None or not data_lines:
+        raise ProblemError(422, "Empty dataset", detail="the CSV file has no data rows",
+                           type="empty-dataset", format="csv")
+    features = [h for h in header if h != label_column]
+    types = {h: pa.float64() for h in features}
+    types[label_column] = pa.string()
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(text.encode()),
+            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
+            parse_options=pacsv.ParseOptions(delimiter=dialect_delim,
+                                              ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=False,
+                                                 quoted_strings_can_be_null=False))
+    except pa.ArrowInvalid as exc:
+        _diagnose_csv_cells(text, dialect_delim, header, label_column, offset)
+        raise invalid("csv", f"unreadable CSV data: {exc}") from exc
+    X = np.empty((table.num_rows, len(features)), dtype=np.float64)
+    for j, name in enumerate(features):
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+            raise invalid("csv", f"line {data_lines[row]}: column {name!r} is empty",
+                          line=data_lines[row], column=name, value="")
+        X[:, j] = col.to_numpy()
+        bad = np.flatnonzero(~np.isfinite(X[:, j]))
+        if bad.size:
+            row = int(bad[0])
+            raise invalid("csv", f"line {data_lines[row]}: column {name!r} value "
+                                 f"{X[row, j]!r} is not finite", line=data_lines[row],
+                          column=name, value=str(X[row, j]))
+    labels = table.column(label_column).to_pylist()
+    y = _labels_from_text([s.strip() for s in labels], data_lines, "csv", label_column)
+    _check_classes(y, "csv")
+    return Parsed(X, y, feature_names=features)
+
+
+def _labels_from_text(labels: list[str], lines: list[int], fmt: str, column: str) -> np.ndarray:
+    """Numbers when every label parses as a finite number, else the text itself."""
+    for i, s in enumerate(labels):
+        if s == "":
+            raise invalid(fmt, f"line {lines[i]}: the label is empty", line=lines[i],
+                          column=column, value="")
+    try:
+        nums = np.array([float(s) for s in labels], dtype=np.float64)
+    except ValueError:
+        return np.array(labels, dtype=str)
+    bad = np.flatnonzero(~np.isfinite(nums))
+    if bad.size:
+        i = int(bad[0])
+        raise invalid(fmt, f"line {lines[i]}: label {labels[i]!r} is not finite", line=lines[i],
+                      column=column, value=labels[i])
+    return nums
+
+
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
+               "-infinity"}
+
+
+def _diagnose_csv_cells(text: str, delim: str, header: list[str], label: str,
+                        offset: int) -> None:
+    """Raise for the first feature cell that is not a number (NaN/inf are left to the
+    finiteness check, which reports them with their own message)."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+    next(iter(reader), None)  # header
+    for row in reader:
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        line = reader.line_num + offset
+        for name, cell in zip(header, row, strict=False):
+            value = cell.strip()
+            if name == label or _NUM_RE.fullmatch(value) or value.lower() in _NON_FINITE:
+                continue
+            msg = "is empty" if not value else f"value {cell!r} is not a number"
+            raise invalid("csv", f"line {line}: column {name!r} {msg}", line=line, column=name,
+                          value=cell)
+
+
+# ---------------------------------------------------------------- Parquet
+
+def parse_parquet(path: Path, label_column: str) -> Parsed:
+    """A label column and numeric feature columns (a ``row_id`` column is ignored), or the
+    sparse contract form (``indices``/``values`` list columns)."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head != PARQUET_MAGIC:
+        detected = "compressed" if head[:2] == GZIP_MAGIC else "text" if _is_text(path) else None
+        raise ProblemError(422, "Wrong format",
+                           detail="declared format parquet but the file is not Parquet"
+                                  + (f" (it looks like {detected})" if detected else ""),
+                           type="wrong-format", declared="parquet", detected=detected)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+    names = table.column_names
+    if label_column not in names:
+        raise ProblemError(422, "Missing label column",
+                           detail=f"no column named {label_column!r} (set label_column)",
+                           type="missing-label-column", format="parquet", column=label_column,
+                           columns=names[:50])
+    if table.num_rows == 0:
+        raise ProblemError(422, "Empty dataset", detail="the Parquet file has no rows",
+                           type="empty-dataset", format="parquet")
+    y = _parquet_labels(table.column(label_column), label_column)
+    if "indices" in names and "values" in names and pa.types.is_list(
+            table.schema.field("indices").type):
+        X = _parquet_sparse(table)
+        feature_names = None
+    else:
+        features = [n for n in names if n not in (label_column, "row_id")]
+        if not features:
+            raise invalid("parquet", "there are no feature columns besides the label",
+                          column=label_column)
+        X = np.empty((table.num_rows, len(features)), dtype=np.float64)
+        for j, name in enumerate(features):
+            X[:, j] = _parquet_numeric(table.column(name), name)
+        feature_names = features
+    _check_classes(y, "parquet")
+    return Parsed(X, y, feature_names=feature_names)
+
+
+def _is_text(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in head
+
+
+def _parquet_numeric(col: pa.ChunkedArray, name: str) -> np.ndarray:
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    t = col.type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t)):
+        first = col.slice(0, 1).to_pylist()[0] if len(col) else None
+        raise invalid("parquet", f"column {name!r} has type {t}, not a number", column=name,
+                      value=str(first))
+    if col.null_count:
+        row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+        raise invalid("parquet", f"row {row + 1}: column {name!r} is null", row=row + 1,
+                      column=name, value="null")
+    values = col.cast(pa.float64()).to_numpy()
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        row = int(bad[0])
+        raise invalid("parquet", f"row {row + 1}: column {name!r} value {values[row]!r} is not "
+                                 "finite", row=row + 1, column=name, value=str(values[row]))
+    return values
+
+
+def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    t = col.type
+    if col.null_count:
+        row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+        raise invalid("parquet", f"row {row + 1}: the label is null", row=row + 1, column=name,
+                      value="null")
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return np.array(col.to_pylist(), dtype=str)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return col.cast(pa.int64()).to_numpy()
+    return _parquet_numeric(col, name)
+
+
+def _parquet_sparse(table: pa.Table) -> sp.csr_matrix:
+    idx = table.column("indices").combine_chunks()
+    val = table.column("values").combine_chunks()
+    indptr = idx.offsets.to_numpy().astype(np.int64)
+    indptr -= indptr[0]
+    indices = idx.flatten().to_numpy(zero_copy_only=False)
+    data = val.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+    if not np.array_equal(val.offsets.to_numpy() - val.offsets.to_numpy()[0], indptr):
+        raise invalid("parquet", "indices and values lists differ in length", column="values")
+    if indices.size and (indices.min() < 0 or not np.all(np.isfinite(data))):
+        raise invalid("parquet", "negative index or non-finite value in the sparse columns",
+                      column="indices")
+    n_features = int(indices.max()) + 1 if indices.size else 1
+    X = sp.csr_matrix((data, indices.astype(np.int32), indptr),
+                      shape=(table.num_rows, n_features))
+    if not X.has_sorted_indices:
+        raise invalid("parquet", "indices must be sorted within each row", column="indices")
+    return X
+
+
+def parse_file(path: Path, fmt: str, label_column: str,
+               n_features: int | None = None) -> Parsed:
+    """Parse and validate ``path`` as ``fmt``. ``n_features`` widens LIBSVM data to a known
+    feature count (a test split whose last features are all zero, e.g. a9a.t)."""
+    if fmt == "libsvm":
+        parsed = parse_libsvm(path)
+    elif fmt == "csv":
+        parsed = parse_csv(path, label_column)
+    else:
+        parsed = parse_parquet(path, label_column)
+    if n_features is not None:
+        parsed.X = _widen(parsed.X, n_features, fmt)
+    return parsed
+
+
+def _widen(X: np.ndarray | sp.csr_matrix, n_features: int,
+           fmt: str) -> np.ndarray | sp.csr_matrix:
+    d = X.shape[1]
+    if n_features == d:
+        return X
+    if n_features < d:
+        raise ProblemError(422, "Invalid n_features",
+                           detail=f"n_features={n_features} but the data has {d} features",
+                           type="invalid-n-features", field="n_features", value=str(n_features))
+    if fmt != "libsvm":
+        raise ProblemError(422, "Invalid n_features",
+                           detail=f"a {fmt} file has exactly {d} feature columns",
+                           type="invalid-n-features", field="n_features", value=str(n_features))
+    csr = sp.csr_matrix(X)
+    return sp.csr_matrix((csr.data, csr.indices, csr.indptr), shape=(X.shape[0], n_features))
+
+
+def class_counts(y: np.ndarray) -> dict[str, int]:
+    """``{label: count}`` with labels rendered as they are stored (int, float or text)."""
+    from app.services.storage import normalize_labels
+
+    y, _ = normalize_labels(y)
+    values, counts = np.unique(y, return_counts=True)
+    return {str(v.item() if hasattr(v, "item") else v): int(c)
+            for v, c in zip(values, counts, strict=True)}

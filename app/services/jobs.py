@@ -1,0 +1,349 @@
+"""Training jobs: validation of ``POST /train``, idempotent creation, enqueue, cancel, list.
+
+The database row is the truth; Celery is only the doorbell. A job is inserted QUEUED and
+committed first, then ``worker.tasks.train_job`` is sent with ``task_id = job id``. If that
+send is lost, the worker's reconciler (``worker.reaper``) re-sends QUEUED jobs whose
+``enqueued_at`` (or ``created_at``) is older than ``SODM_REQUEUE_AFTER_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import math
+import re
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.models import TERMINAL_STATES, Dataset, Job, Tenant, utcnow
+from app.problems import ProblemError
+from app.schemas.jobs import TrainRequest
+from app.services.cursors import as_utc, page, split_page
+
+log = logging.getLogger(__name__)
+
+PROBLEM_BASE = "https://sodm.dev/problems/"
+MAX_GRID_POINTS = 200
+TRAIN_TASK = "worker.tasks.train_job"
+
+
+class ParamError(ValueError):
+    """A bad hyperparameter; ``field`` names it (e.g. ``params.lam``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# ---------------------------------------------------------------------------- estimators
+def estimator_class(algorithm: str) -> type:
+    """The estimator class of an algorithm name (``app.services.algorithms``)."""
+    from app.services.algorithms import ESTIMATORS
+
+    if algorithm not in ESTIMATORS:
+        raise ParamError("algorithm", f"unknown algorithm {algorithm!r}")
+    return ESTIMATORS[algorithm]
+
+
+def build_estimator(algorithm: str, params: dict[str, Any], seed: int):
+    """Construct and validate an estimator; raises ``ParamError`` naming the bad field.
+
+    ``random_state`` defaults to the request's ``seed`` so a job is reproducible and equals
+    the library's own fit with the same parameters.
+    """
+    cls = estimator_class(algorithm)
+    known = set(cls().get_params().keys())
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ParamError(f"params.{unknown[0]}",
+                         f"unknown parameter(s) {unknown} for {algorithm}; "
+                         f"known: {sorted(known)}")
+    kwargs = {"random_state": seed, **params}
+    est = cls(**kwargs)
+    try:
+        est.validate_params()
+    except ValueError as exc:
+        m = re.search(r"parameter (\w+)", str(exc))
+        name = m.group(1) if m else None
+        if name is None:
+            name = next((k for k in params if k in str(exc)), "params")
+        raise ParamError(f"params.{name}" if name != "params" else name, str(exc)) from exc
+    return est
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The Cartesian product of a search grid, in a stable order."""
+    keys = sorted(grid)
+    return [dict(zip(keys, vals, strict=True))
+            for vals in itertools.product(*(grid[k] for k in keys))]
+
+
+def validate_request(body: TrainRequest) -> None:
+    """Early validation with the estimator's own checks (422 problems naming the field)."""
+    settings = get_settings()
+    try:
+        build_estimator(body.algorithm, body.params, body.seed)
+        if body.search is not None:
+            n = 1
+            for key, values in body.search.grid.items():
+                if not values:
+                    raise ParamError(f"search.grid.{key}", "a grid needs at least one value")
+                n *= len(values)
+            if n > MAX_GRID_POINTS:
+                raise ParamError("search.grid", f"{n} grid points; at most {MAX_GRID_POINTS}")
+            for key, values in body.search.grid.items():
+                for v in values:
+                    try:
+                        build_estimator(body.algorithm, {**body.params, key: v}, body.seed)
+                    except ParamError as exc:
+                        raise ParamError(f"search.grid.{key}", str(exc)) from exc
+    except ParamError as exc:
+        raise ProblemError(422, "Invalid training parameters", detail=str(exc),
+                           type=PROBLEM_BASE + "invalid-params",
+                           errors=[{"field": exc.field, "message": str(exc)}]) from exc
+    if body.test_dataset_id is not None and body.test_fraction is not None:
+        raise ProblemError(422, "Invalid training request",
+                           detail="give test_dataset_id or test_fraction, not both",
+                           type=PROBLEM_BASE + "invalid-request",
+                           errors=[{"field": "test_fraction", "message": "conflicts with "
+                                    "test_dataset_id"}])
+    if body.backend == "spark" and body.search is not None:
+        raise ProblemError(422, "Invalid training request",
+                           detail="grid search runs on the local backend only",
+                           type=PROBLEM_BASE + "invalid-request",
+                           errors=[{"field": "search", "message": "not with backend spark"}])
+    if body.backend == "spark" and not (settings.spark_remote or settings.spark_master):
+        raise ProblemError(422, "Spark backend not configured",
+                           detail="set SODM_SPARK_REMOTE or SODM_SPARK_MASTER to train on Spark",
+                           type=PROBLEM_BASE + "backend-unavailable",
+                           errors=[{"field": "backend", "message": "spark is not configured"}])
+    if body.backend == "spark" and body.algorithm != "sodm":
+        raise ProblemError(422, "Invalid training request",
+                           detail="the Spark backend trains algorithm sodm only",
+                           type=PROBLEM_BASE + "invalid-request",
+                           errors=[{"field": "algorithm", "value": body.algorithm,
+                                    "message": "not with backend spark"}])
+
+
+def request_hash(body: TrainRequest) -> str:
+    """Fingerprint of the request body (Idempotency-Key reuse with another body -> 422)."""
+    canon = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------ create
+def _dataset(session: Session, tenant: Tenant, dataset_id: str, field: str) -> Dataset:
+    ds = session.get(Dataset, dataset_id)
+    if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
+        raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
+                           type=PROBLEM_BASE + "not-found", field=field)
+    return ds
+
+
+def _existing(session: Session, tenant: Tenant, key: str, digest: str) -> Job | None:
+    job = session.scalars(select(Job).where(Job.tenant_id == tenant.id,
+                                            Job.idempotency_key == key)).first()
+    if job is not None and job.request_hash != digest:
+        raise ProblemError(422, "Idempotency-Key reused with a different body",
+                           detail="this Idempotency-Key was used for another request body",
+                           type=PROBLEM_BASE + "idempotency-key-reused")
+    return job
+
+
+def create_job(session: Session, tenant: Tenant, body: TrainRequest,
+               idempotency_key: str | None) -> tuple[Job, bool]:
+    """Insert a QUEUED job (or find the idempotent twin); returns ``(job, created)``.
+
+    The caller enqueues with ``enqueue(job.id)`` after this commits.
+    """
+    validate_request(body)
+    digest = request_hash(body)
+    key = idempotency_key.strip().strip('"') if idempotency_key else None
+    if key is not None and not (0 < len(key) <= 255):
+        raise ProblemError(400, "Invalid Idempotency-Key", detail="1 to 255 characters",
+                           type=PROBLEM_BASE + "invalid-idempotency-key")
+    if key is not None:
+        job = _existing(session, tenant, key, digest)
+        if job is not None:
+            return job, False
+    ds = _dataset(session, tenant, body.dataset_id, "dataset_id")
+    if body.test_dataset_id is not None:
+        test = _dataset(session, tenant, body.test_dataset_id, "test_dataset_id")
+        if test.n_features > ds.n_features:
+            raise ProblemError(422, "Incompatible test dataset",
+                               detail=f"test dataset has {test.n_features} features, training "
+                               f"dataset {ds.n_features}", type=PROBLEM_BASE + "invalid-request",
+                               errors=[{"field": "test_dataset_id", "message": "too many "
+                                        "features"}])
+    check_partitions(body.params, training_rows(ds.n_rows, body))
+    settings = get_settings()
+    req = body.model_dump(mode="json")
+    job = Job(
+        tenant_id=tenant.id, dataset_id=ds.id, test_dataset_id=body.test_dataset_id,
+        algorithm=body.algorithm, backend=body.backend, params=dict(body.params), request=req,
+        model_name=body.name or default_model_name(ds.name, body.algorithm), state="QUEUED",
+        progress_fraction=0.0, progress_message="queued", history=[], attempt=0,
+        max_attempts=settings.job_max_attempts, idempotency_key=key, request_hash=digest,
+    )
+    session.add(job)
+    try:
+        session.commit()
+    except IntegrityError:
+        # A concurrent request with the same key won the insert: answer with its job.
+        session.rollback()
+        if key is None:
+            raise
+        job = _existing(session, tenant, key, digest)
+        if job is None:
+            raise
+        return job, False
+    return job, True
+
+
+def training_rows(n_rows: int, body: TrainRequest) -> int:
+    """Rows the fit sees: the whole dataset with a test dataset, else the split's share."""
+    if body.test_dataset_id is not None:
+        return n_rows
+    return n_rows - math.ceil((body.test_fraction or 0.2) * n_rows)
+
+
+def check_partitions(params: dict[str, Any], n_train: int) -> None:
+    """More partitions than training rows is refused (422 naming the parameter): ``p`` at
+    the first level, ``p ** levels`` at the finest, or ``n_partitions``."""
+    p, levels, k = params.get("p"), params.get("levels"), params.get("n_partitions")
+    checks: list[tuple[str, int]] = []
+    if isinstance(p, int) and not isinstance(p, bool):
+        checks.append(("p", p))
+    if isinstance(levels, int) and not isinstance(levels, bool) and levels >= 1:
+        fanout = p if isinstance(p, int) and p >= 2 else 2  # the estimators' default p
+        checks.append(("levels", fanout ** min(levels, 64)))
+    if isinstance(k, int) and not isinstance(k, bool):
+        checks.append(("n_partitions", k))
+    for name, partitions in checks:
+        if partitions > n_train:
+            msg = (f"{partitions} partitions for {n_train} training rows; every partition "
+                   "needs at least one row")
+            raise ProblemError(422, "Invalid training parameters", detail=msg,
+                               type=PROBLEM_BASE + "invalid-params",
+                               errors=[{"field": f"params.{name}", "message": msg}])
+
+
+def default_model_name(dataset_name: str, algorithm: str) -> str:
+    """``<dataset stem>-<algorithm>`` restricted to the characters model names allow."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", dataset_name.rsplit("/", 1)[-1]).strip("-._")
+    stem = stem[:150] or "model"
+    return f"{stem}-{algorithm}"
+
+
+def enqueue(job_id: str) -> bool:
+    """Send the Celery doorbell; a failure is logged and left to the reconciler."""
+    from worker.celery_app import celery_app
+
+    settings = get_settings()
+    try:
+        celery_app.send_task(TRAIN_TASK, args=[job_id], task_id=job_id,
+                             queue=settings.celery_queue)
+    except Exception:  # noqa: BLE001 - the reconciler re-sends QUEUED jobs
+        log.exception("enqueue of job %s failed; the reconciler will retry", job_id)
+        return False
+    from app.db import session_scope
+
+    try:
+        with session_scope() as s:
+            s.execute(update(Job).where(Job.id == job_id, Job.state == "QUEUED")
+                      .values(enqueued_at=utcnow()))
+    except Exception:  # noqa: BLE001 - only delays a duplicate re-send
+        log.warning("could not record enqueued_at of job %s", job_id)
+    return True
+
+
+# ------------------------------------------------------------------------ read / cancel
+def get_job(session: Session, tenant: Tenant, job_id: str) -> Job:
+    job = session.get(Job, job_id)
+    if job is None or job.tenant_id != tenant.id:
+        raise ProblemError(404, "Job not found", detail=f"no job {job_id!r}",
+                           type=PROBLEM_BASE + "not-found")
+    return job
+
+
+def list_jobs(session: Session, tenant: Tenant, state: str | None, cursor: str | None,
+              limit: int) -> tuple[list[Job], str | None]:
+    stmt = select(Job).where(Job.tenant_id == tenant.id)
+    if state:
+        stmt = stmt.where(Job.state == state)
+    rows = list(session.scalars(page(stmt, Job, cursor, limit)))
+    return split_page(rows, limit)
+
+
+def cancel_job(session: Session, tenant: Tenant, job_id: str) -> Job:
+    """QUEUED -> CANCELLED now (+ revoke); RUNNING -> CANCELLING (the worker stops the fit);
+    CANCELLING -> unchanged; a terminal job (SUCCEEDED, FAILED, CANCELLED) -> 409."""
+    job = get_job(session, tenant, job_id)
+    now = utcnow()
+    res = session.execute(
+        update(Job).where(Job.id == job_id, Job.state == "QUEUED")
+        .values(state="CANCELLED", finished_at=now, progress_message="cancelled")
+        .returning(Job.id))
+    if res.first() is not None:
+        session.commit()
+        _revoke(job_id)
+        session.refresh(job)
+        return job
+    res = session.execute(
+        update(Job).where(Job.id == job_id, Job.state == "RUNNING")
+        .values(state="CANCELLING", progress_message="cancelling").returning(Job.id))
+    session.commit()
+    session.refresh(job)
+    if job.state == "CANCELLING":
+        return job
+    raise ProblemError(409, "Job already finished", detail=f"job is {job.state}",
+                       type=PROBLEM_BASE + "job-finished", state=job.state)
+
+
+def _revoke(job_id: str) -> None:
+    """Best effort: the claim would refuse a CANCELLED job anyway."""
+    try:
+        from worker.celery_app import celery_app
+
+        celery_app.control.revoke(job_id)
+    except Exception:  # noqa: BLE001 - e.g. a broker transport without broadcast
+        log.info("revoke of %s not delivered (the claim refuses it anyway)", job_id)
+
+
+def job_out(job: Job) -> dict[str, Any]:
+    """The API representation of a job."""
+    base = f"/jobs/{job.id}"
+    return {
+        "id": job.id,
+        "state": job.state,
+        "dataset_id": job.dataset_id,
+        "test_dataset_id": job.test_dataset_id,
+        "algorithm": job.algorithm,
+        "backend": job.backend,
+        "params": job.params or {},
+        "request": job.request or {},
+        "name": job.model_name,
+        "progress": {"fraction": float(job.progress_fraction or 0.0),
+                     "message": job.progress_message or ""},
+        "history": job.history or [],
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "model_id": job.model_id,
+        "error": job.error,
+        "created_at": as_utc(job.created_at),
+        "started_at": as_utc(job.started_at),
+        "finished_at": as_utc(job.finished_at),
+        "updated_at": as_utc(job.updated_at),
+        "links": {"self": base, "cancel": f"{base}/cancel", "events": f"{base}/events",
+                  **({"model": f"/models/{job.model_id}"} if job.model_id else {})},
+    }
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL_STATES

@@ -1,0 +1,97 @@
+"""Trained model versions: lookup by id or ``name[@version]``, listing, deletion."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.models import Model, Tenant, utcnow
+from app.problems import ProblemError
+from app.services.cursors import as_utc, page, split_page
+
+log = logging.getLogger(__name__)
+
+PROBLEM_BASE = "https://sodm.dev/problems/"
+
+
+def _not_found(what: str) -> ProblemError:
+    return ProblemError(404, "Model not found", detail=f"no model {what}",
+                        type=PROBLEM_BASE + "not-found")
+
+
+def get_model(session: Session, tenant: Tenant, model_id: str) -> Model:
+    m = session.get(Model, model_id)
+    if m is None or m.tenant_id != tenant.id or m.deleted_at is not None:
+        raise _not_found(repr(model_id))
+    return m
+
+
+def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | None) -> Model:
+    """``model_id``, or ``ref`` = ``"name"`` (latest live version) or ``"name@version"``."""
+    if (model_id is None) == (ref is None):
+        raise ProblemError(422, "Invalid model reference",
+                           detail="give exactly one of model_id and model",
+                           type=PROBLEM_BASE + "invalid-request",
+                           errors=[{"field": "model_id", "message": "model_id xor model"}])
+    if model_id is not None:
+        return get_model(session, tenant, model_id)
+    name, _, version = ref.partition("@")
+    stmt = select(Model).where(Model.tenant_id == tenant.id, Model.name == name,
+                               Model.deleted_at.is_(None))
+    if version:
+        if not version.isdigit():
+            raise ProblemError(422, "Invalid model reference",
+                               detail=f"version {version!r} is not a positive integer",
+                               type=PROBLEM_BASE + "invalid-request",
+                               errors=[{"field": "model", "message": "name@<int>"}])
+        stmt = stmt.where(Model.version == int(version))
+    m = session.scalars(stmt.order_by(Model.version.desc()).limit(1)).first()
+    if m is None:
+        raise _not_found(repr(ref))
+    return m
+
+
+def list_models(session: Session, tenant: Tenant, name: str | None, cursor: str | None,
+                limit: int) -> tuple[list[Model], str | None]:
+    stmt = select(Model).where(Model.tenant_id == tenant.id, Model.deleted_at.is_(None))
+    if name:
+        stmt = stmt.where(Model.name == name)
+    return split_page(list(session.scalars(page(stmt, Model, cursor, limit))), limit)
+
+
+def file_of(m: Model) -> Path:
+    """The model file on disk (``file_path`` is relative to ``SODM_DATA_DIR``)."""
+    return (get_settings().data_dir / m.file_path).resolve()
+
+
+def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:
+    """Soft-delete the row (ids stay unique), then remove the file best effort."""
+    m = get_model(session, tenant, model_id)
+    m.deleted_at = utcnow()
+    session.commit()
+    try:
+        file_of(m).unlink(missing_ok=True)
+    except OSError:
+        log.warning("could not remove model file of %s", model_id)
+    from app.services.predictor import evict
+
+    evict(model_id)
+
+
+def model_out(m: Model) -> dict[str, Any]:
+    return {
+        "id": m.id, "name": m.name, "version": m.version, "algorithm": m.algorithm,
+        "backend": m.backend, "dataset_id": m.dataset_id, "job_id": m.job_id,
+        "params": m.params or {}, "metrics": m.metrics or {}, "margin": m.margin or {},
+        "train_seconds": float(m.train_seconds or 0.0),
+        "n_support_vectors": int(m.n_support_vectors or 0), "n_features": m.n_features,
+        "classes": list(m.classes or []), "file_sha256": m.file_sha256 or "",
+        "created_at": as_utc(m.created_at),
+        "links": {"self": f"/models/{m.id}", "file": f"/models/{m.id}/file",
+                  "job": f"/jobs/{m.job_id}"},
+    }

@@ -1,0 +1,243 @@
+"""Files under ``SODM_DATA_DIR``: dataset directories, model files and atomic writes.
+
+Every path derives from ids only (never from a user's file name):
+
+- ``datasets/{id}/data.parquet`` + ``datasets/{id}/meta.json`` (the contract form of
+  ``docs/architecture.md``: dense ``row_id, label, f0..`` or sparse ``row_id, label, indices,
+  values``),
+- ``models/{id}.sodm``,
+- ``tmp/`` for uploads in flight and directories being assembled (renamed into place).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from app.config import get_settings
+from app.problems import ProblemError
+
+DATA_FILE = "data.parquet"
+META_FILE = "meta.json"
+# wide sparse data is stored as lists of (index, value) per row
+SPARSE_MIN_FEATURES = 1000
+SPARSE_MAX_DENSITY = 0.10
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                   errno.EFBIG}
+
+
+def data_root() -> Path:
+    return Path(get_settings().data_dir)
+
+
+def dataset_dir(dataset_id: str) -> Path:
+    """The directory of a stored dataset (``datasets/{id}``)."""
+    return data_root() / "datasets" / _safe_id(dataset_id)
+
+
+def dataset_relpath(dataset_id: str) -> str:
+    return f"datasets/{_safe_id(dataset_id)}"
+
+
+def model_path(model_id: str) -> Path:
+    """The portable model file of a model (``models/{id}.sodm``)."""
+    return data_root() / "models" / f"{_safe_id(model_id)}.sodm"
+
+
+def tmp_root() -> Path:
+    path = data_root() / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _safe_id(value: str) -> str:
+    if not value or not all(c.isalnum() or c in "-_" for c in value):
+        raise ValueError(f"not a storage id: {value!r}")
+    return value
+
+
+def storage_problem(exc: OSError) -> ProblemError:
+    """507 for a full or unwritable store (the error number, not the path, is reported)."""
+    return ProblemError(507, "Insufficient storage",
+                        detail=f"the data store cannot be written ({os.strerror(exc.errno or 0)})",
+                        type="insufficient-storage")
+
+
+@contextlib.contextmanager
+def storage_errors() -> Iterator[None]:
+    """Translate disk-full / read-only / permission errors into a 507 problem."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _STORAGE_ERRNOS:
+            raise storage_problem(exc) from exc
+        raise
+
+
+def new_tmp_path(suffix: str = "") -> Path:
+    return tmp_root() / f"{uuid.uuid4().hex}{suffix}"
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Assemble a directory under ``tmp/`` and rename it onto ``final`` on success; on any
+    error the half-built directory is removed and nothing appears at ``final``."""
+    work = new_tmp_path(".d")
+    work.mkdir()
+    try:
+        yield work
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _fsync_dir_files(work)
+        os.replace(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a same-directory temp file + fsync + rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _fsync_dir_files(directory: Path) -> None:
+    for p in directory.iterdir():
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def remove_dataset_files(dataset_id: str) -> None:
+    """Delete a dataset's directory (moved aside first so a half-deleted one never shows)."""
+    final = dataset_dir(dataset_id)
+    if not final.exists():
+        return
+    trash = new_tmp_path(".trash")
+    os.replace(final, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- dataset files
+
+def label_type_of(y: np.ndarray) -> str:
+    if y.dtype.kind in "iub":
+        return "int"
+    if y.dtype.kind == "f":
+        return "int" if np.all(np.isfinite(y)) and np.all(y == np.round(y)) else "float"
+    return "str"
+
+
+def normalize_labels(y: np.ndarray) -> tuple[np.ndarray, str]:
+    """Labels in their stored dtype: integral numbers as int64, other numbers float64,
+    text as str."""
+    kind = label_type_of(y)
+    if kind == "int":
+        return y.astype(np.int64), kind
+    if kind == "float":
+        return y.astype(np.float64), kind
+    return y.astype(str), kind
+
+
+def choose_layout(n_rows: int, n_features: int, nnz: int) -> str:
+    density = nnz / max(1, n_rows * n_features)
+    if n_features > SPARSE_MIN_FEATURES and density < SPARSE_MAX_DENSITY:
+        return "sparse"
+    return "dense"
+
+
+def write_dataset_files(directory: Path, X: np.ndarray | sp.csr_matrix, y: np.ndarray,
+                        extra_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``data.parquet`` + ``meta.json`` into ``directory`` in the contract form;
+    returns the meta dict. ``y`` holds the original labels."""
+    n_rows, n_features = X.shape
+    y, label_type = normalize_labels(np.asarray(y))
+    nnz = int(X.nnz) if sp.issparse(X) else int(np.count_nonzero(X))
+    layout = choose_layout(n_rows, n_features, nnz)
+    label_arr = pa.array(y.tolist() if label_type == "str" else y)
+    cols: dict[str, pa.Array] = {"row_id": pa.array(np.arange(n_rows, dtype=np.int64)),
+                                 "label": label_arr}
+    if layout == "sparse":
+        csr = sp.csr_matrix(X, dtype=np.float64)
+        csr.sort_indices()
+        csr.eliminate_zeros()
+        offsets = pa.array(csr.indptr.astype(np.int32))
+        cols["indices"] = pa.ListArray.from_arrays(offsets,
+                                                   pa.array(csr.indices.astype(np.int32)))
+        cols["values"] = pa.ListArray.from_arrays(offsets,
+                                                  pa.array(csr.data.astype(np.float64)))
+    else:
+        dense = X.toarray() if sp.issparse(X) else np.asarray(X)
+        dense = np.asarray(dense, dtype=np.float64)
+        for j in range(n_features):
+            cols[f"f{j}"] = pa.array(np.ascontiguousarray(dense[:, j]))
+    table = pa.table(cols)
+    pq.write_table(table, directory / DATA_FILE, compression="zstd")
+    meta = {"layout": layout, "n_features": int(n_features), "n_rows": int(n_rows),
+            "label_type": label_type, "nnz": nnz, **(extra_meta or {})}
+    (directory / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    return meta
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    return json.loads((Path(directory) / META_FILE).read_text())
+
+
+def _read_rows(path: Path, keep: Callable[[np.ndarray], np.ndarray]) -> pa.Table:
+    """The rows whose ``keep(row_id)`` mask is true, read batch by batch (bounded memory)."""
+    pf = pq.ParquetFile(path)
+    batches = [b.filter(pa.array(keep(b.column("row_id").to_numpy()), type=pa.bool_()))
+               for b in pf.iter_batches(batch_size=65_536)]
+    return pa.Table.from_batches(batches, schema=pf.schema_arrow)
+
+
+def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarray] | None = None
+                 ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
+    """Read a stored dataset: ``(X, y)`` with X dense float64 (n, d) or CSR for the sparse
+    layout, rows in ``row_id`` order, and y the original labels (int64, float64 or str).
+    ``keep(row_ids) -> bool mask`` reads only those rows (streamed; e.g. a sample)."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    table = (pq.read_table(directory / DATA_FILE) if keep is None
+             else _read_rows(directory / DATA_FILE, keep))
+    row_id = table.column("row_id").to_numpy()
+    if row_id.size and not np.all(row_id[:-1] < row_id[1:]):
+        table = table.take(pa.array(np.argsort(row_id, kind="stable")))
+    n = table.num_rows
+    d = int(meta["n_features"])
+    y = table.column("label").to_numpy(zero_copy_only=False)
+    if meta.get("label_type") == "str":
+        y = np.asarray(y, dtype=str)
+    if meta["layout"] == "sparse":
+        idx = table.column("indices").combine_chunks()
+        val = table.column("values").combine_chunks()
+        indptr = idx.offsets.to_numpy().astype(np.int64)
+        indptr = indptr - indptr[0]
+        indices = idx.flatten().to_numpy().astype(np.int32)
+        data = val.flatten().to_numpy().astype(np.float64)
+        X: np.ndarray | sp.csr_matrix = sp.csr_matrix((data, indices, indptr), shape=(n, d))
+    else:
+        X = np.empty((n, d), dtype=np.float64)
+        for j in range(d):
+            X[:, j] = table.column(f"f{j}").to_numpy()
+    return X, y

@@ -1,0 +1,44 @@
+// Models: one page of GET /models with the headline held-out metrics.
+
+import { api, qs } from "../api.js";
+import { datasetNames } from "../store.js";
+import { fmtDate, fmtNum, h, link, pageHeader, problemBox, shortId, table } from "../ui.js";
+
+const PAGE_SIZE = 20;
+
+export async function renderModels(main, { params, signal }) {
+  document.title = "Models · SODM";
+  const cursor = params.get("cursor") || "";
+  const pageNo = Number(params.get("page") || 1);
+  main.append(pageHeader("Models"));
+  let page;
+  try {
+    page = await api(`/models${qs({ limit: PAGE_SIZE, cursor })}`, { signal });
+  } catch (err) {
+    if (signal.aborted) return;
+    main.append(problemBox(err));
+    return;
+  }
+  let names = new Map();
+  try { names = await datasetNames({ ids: page.items.map((m) => m.dataset_id), signal }); } catch (err) { if (signal.aborted) return; }
+  if (!page.items.length) {
+    main.append(h("p.empty-state", {}, "No models yet. ", link("/train", "Train one")));
+    return;
+  }
+  main.append(table([
+    { label: "Model", cell: (m) => link(`/models/${m.id}`, `${m.name} v${m.version}`) },
+    { label: "Algorithm", cell: (m) => `${m.algorithm}${m.params?.kernel ? ` · ${m.params.kernel}` : ""}` },
+    { label: "Dataset", cell: (m) => link(`/datasets/${m.dataset_id}`, names.get(m.dataset_id) || shortId(m.dataset_id)) },
+    { label: "Accuracy", className: "num", cell: (m) => fmtNum(m.metrics?.accuracy) },
+    { label: "F1", className: "num", cell: (m) => fmtNum(m.metrics?.f1) },
+    { label: "ROC AUC", className: "num", cell: (m) => fmtNum(m.metrics?.roc_auc) },
+    { label: "Margin mean", className: "num", cell: (m) => fmtNum(m.margin?.mean) },
+    { label: "#SV", className: "num", cell: (m) => fmtNum(m.n_support_vectors) },
+    { label: "Train time", className: "num", cell: (m) => `${fmtNum(m.train_seconds, 3)} s` },
+    { label: "Created", cell: (m) => fmtDate(m.created_at) },
+  ], page.items, { caption: "Trained models, newest first", rowAttrs: (m) => ({ dataset: { modelId: m.id } }) }));
+  main.append(h("nav.pager", { "aria-label": "Model pages" },
+    pageNo > 1 ? h("button.link-button", { type: "button", onclick: () => history.back() }, "← Newer") : null,
+    h("span.muted", {}, `Page ${pageNo}`),
+    page.next_cursor ? link(`/models${qs({ cursor: page.next_cursor, page: pageNo + 1 })}`, "Older →") : null));
+}
