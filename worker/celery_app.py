@@ -1,0 +1,113 @@
+"""The Celery application: broker from ``Settings.resolved_broker_url`` (Redis in the real
+stack, kombu's SQLAlchemy transport on the embedded defaults), reliability settings for long
+training tasks (service-practice section 5.1) and the reaper thread of every worker.
+
+Postgres holds the job state; results are ignored. ``acks_late`` + ``reject_on_worker_lost``
+redeliver a job whose pool child died; the claim in ``worker.lease`` and the attempt counter
+make that redelivery safe and bounded.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import (
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
+from kombu import Queue
+
+from app.config import get_settings
+
+
+def _visibility_timeout() -> int:
+    s = get_settings()
+    return int(s.visibility_timeout_seconds or 2 * s.job_time_limit_seconds)
+
+
+def _soft_time_limit(hard: int) -> int:
+    """The soft limit (``SoftTimeLimitExceeded`` -> FAILED time-limit) leaves the job up to
+    60 s (a tenth of a short limit) to record its failure before the hard kill."""
+    return max(1, hard - min(60, max(1, hard // 10)))
+
+
+def _restore_options(vt: int) -> dict:
+    """kombu's Redis restore scan runs every interval x throttle (default 10 x 10 s); a short
+    visibility timeout gets a scan period of about a quarter of it."""
+    if vt >= 400:
+        return {}
+    return {"unacked_restore_interval": max(1, min(10, vt // 4)),
+            "unacked_restore_throttle": 1}
+
+
+def make_celery() -> Celery:
+    s = get_settings()
+    broker = s.resolved_broker_url
+    if broker.startswith("sqla+sqlite"):
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+    app = Celery("sodm", broker=broker, include=["worker.tasks"])
+    vt = _visibility_timeout()
+    transport_options: dict = {"visibility_timeout": vt, **_restore_options(vt)}
+    if broker.startswith("sqla+"):
+        # kombu's SQLAlchemy transport hands its options to create_engine(): only engine
+        # arguments here (a busy timeout for the SQLite file shared by API and workers).
+        transport_options = {"connect_args": {"timeout": 30}} if "sqlite" in broker else {}
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_track_started=False,
+        task_default_queue=s.celery_queue,
+        task_queues=[Queue(s.celery_queue)],
+        task_routes={"worker.tasks.*": {"queue": s.celery_queue}},
+        broker_transport_options=transport_options,
+        visibility_timeout=vt,
+        task_time_limit=s.job_time_limit_seconds,
+        task_soft_time_limit=_soft_time_limit(s.job_time_limit_seconds),
+        worker_soft_shutdown_timeout=30,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        task_serializer="json",
+        accept_content=["json"],
+    )
+    return app
+
+
+celery_app = make_celery()
+
+
+@worker_process_init.connect
+def _fresh_db_pool(**_: object) -> None:
+    """A forked pool child must not share the parent's pooled database connections."""
+    from app.db import get_engine
+
+    get_engine().dispose(close=False)
+
+
+@worker_ready.connect
+def _start_reaper(**_: object) -> None:
+    """Every worker runs the reaper/reconciler in its main process (conditional updates make
+    concurrent reapers harmless)."""
+    from worker.reaper import start_reaper_thread
+
+    start_reaper_thread()
+
+
+@worker_shutdown.connect
+def _stop_reaper(**_: object) -> None:
+    from worker.reaper import stop_reaper_thread
+
+    stop_reaper_thread()
+
+
+@worker_shutting_down.connect
+def _hand_back_jobs(**_: object) -> None:
+    """SIGTERM/SIGQUIT: give this worker's RUNNING jobs back (QUEUED, re-sent) instead of
+    making the shutdown wait for them; the pool child sees the job is no longer its own at
+    the next heartbeat and stops the fit without writing (``worker.lease``)."""
+    from worker.lease import hand_back_children
+
+    hand_back_children()

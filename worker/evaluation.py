@@ -1,0 +1,115 @@
+"""Held-out evaluation of a fitted classifier: accuracy, precision, recall, F1, ROC AUC from
+decision values, the confusion matrix (original label values) and margin statistics."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import (
+    accuracy_score,
+    confusion_matrix,
+    f1_score,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+    roc_curve,
+)
+
+ROC_MAX_POINTS = 200
+
+
+def plain(v: Any) -> Any:
+    """numpy scalars -> Python scalars; non-finite floats -> None (JSON has no NaN)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def jsonable(obj: Any) -> Any:
+    """A plain-JSON copy of nested dicts / lists / numpy values."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    return plain(obj)
+
+
+def _auc(y: np.ndarray, classes: np.ndarray, F: np.ndarray) -> float | None:
+    """Binary: AUC of f(x) for ``classes[1]``; more classes: macro mean of one-vs-rest AUCs."""
+    if F.ndim == 1:
+        pos = y == classes[1]
+        if pos.all() or not pos.any():
+            return None
+        return float(roc_auc_score(pos, F))
+    aucs = []
+    for k, c in enumerate(classes):
+        pos = y == c
+        if pos.any() and not pos.all():
+            aucs.append(roc_auc_score(pos, F[:, k]))
+    return float(np.mean(aucs)) if aucs else None
+
+
+def _roc_points(y: np.ndarray, classes: np.ndarray, F: np.ndarray) -> dict[str, Any] | None:
+    """Binary ROC curve of f(x) (at most ``ROC_MAX_POINTS`` points, ends kept) for plots."""
+    if F.ndim != 1:
+        return None
+    pos = y == classes[1]
+    if pos.all() or not pos.any():
+        return None
+    fpr, tpr, _ = roc_curve(pos, F)
+    if len(fpr) > ROC_MAX_POINTS:
+        keep = np.unique(np.linspace(0, len(fpr) - 1, ROC_MAX_POINTS).round().astype(int))
+        fpr, tpr = fpr[keep], tpr[keep]
+    return {"fpr": [round(float(v), 5) for v in fpr], "tpr": [round(float(v), 5) for v in tpr]}
+
+
+def evaluate(est: Any, X: Any, y: np.ndarray) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(metrics, margin)`` of ``est`` on labelled data X, y (original label values)."""
+    from solver.margins import margin_stats
+
+    y = np.asarray(y)
+    classes = np.asarray(est.classes_)
+    F = np.asarray(est.decision_function(X), dtype=np.float64)
+    idx = (F > 0).astype(np.intp) if F.ndim == 1 else np.argmax(F, axis=1)
+    pred = classes[idx]
+    labels = np.unique(np.concatenate([classes, np.unique(y)]))
+    binary = len(classes) == 2
+    avg: dict[str, Any] = ({"average": "binary", "pos_label": classes[1]} if binary
+                           else {"average": "macro", "labels": classes})
+    metrics: dict[str, Any] = {
+        "n_test": int(len(y)),
+        "accuracy": float(accuracy_score(y, pred)),
+        "precision": float(precision_score(y, pred, zero_division=0, **avg)),
+        "recall": float(recall_score(y, pred, zero_division=0, **avg)),
+        "f1": float(f1_score(y, pred, zero_division=0, **avg)),
+        "roc_auc": _auc(y, classes, F),
+        "roc_curve": _roc_points(y, classes, F),
+        "average": "binary" if binary else "macro",
+        "positive_label": plain(classes[1]) if binary else None,
+        "confusion_matrix": {
+            "labels": [plain(v) for v in labels],
+            "matrix": confusion_matrix(y, pred, labels=labels).tolist(),
+            "rows": "true label", "columns": "predicted label",
+        },
+    }
+    known = np.isin(y, classes)
+    margin: dict[str, Any] = {}
+    if known.any():
+        Xk = X[np.flatnonzero(known)] if not known.all() else X
+        margin = margin_stats(est, Xk, y[known])
+    return jsonable(metrics), jsonable(margin)
+
+
+def n_support_vectors(est: Any) -> int:
+    """Support vectors of a kernel model; instances outside the band of a linear one."""
+    sv = getattr(est, "support_vectors_", None)
+    if sv is not None:
+        return int(sv.shape[0])
+    support = getattr(est, "support_", None)
+    return int(len(support)) if support is not None else 0

@@ -1,0 +1,217 @@
+"""Job ownership: the conditional claim, the heartbeat thread and cancel detection.
+
+A claim is one ``UPDATE jobs SET state='RUNNING', attempt=attempt+1, ... WHERE id=:id AND
+(state='QUEUED' OR (state='RUNNING' AND lease_until < now)) AND attempt < max_attempts
+RETURNING`` - at most one worker gets a row, so a duplicate delivery exits. The owner is
+``(worker, attempt)``: every later write of the runner is conditional on it, so a worker whose
+lease was reaped can never overwrite the next attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+
+from app.config import get_settings
+from app.db import session_scope
+from app.models import Job, utcnow
+
+log = logging.getLogger(__name__)
+
+PROBLEM_BASE = "https://sodm.dev/problems/"
+ACTIVE = ("RUNNING", "CANCELLING")
+
+
+def worker_id() -> str:
+    """``host:pid`` of the process that runs the job (the pool child)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Claim:
+    job_id: str
+    attempt: int
+    worker: str
+    row: dict[str, Any]
+
+
+def owned(job_id: str, claim_worker: str, attempt: int):
+    """The WHERE clause that a write by the owner of ``(worker, attempt)`` needs."""
+    return and_(Job.id == job_id, Job.worker == claim_worker, Job.attempt == attempt)
+
+
+def claim(job_id: str) -> Claim | None:
+    """Claim a QUEUED (or lease-expired RUNNING) job; None when someone else has it, it is
+    finished or cancelled. A job out of attempts is failed here (poison job)."""
+    s = get_settings()
+    me = worker_id()
+    now = utcnow()
+    with session_scope() as session:
+        row = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.attempt < Job.max_attempts,
+                   or_(Job.state == "QUEUED",
+                       and_(Job.state == "RUNNING", Job.lease_until < now)))
+            .values(state="RUNNING", attempt=Job.attempt + 1, worker=me,
+                    lease_until=now + timedelta(seconds=s.job_lease_seconds),
+                    started_at=now, error=None, progress_message="starting")
+            .returning(Job.id, Job.attempt, Job.tenant_id, Job.dataset_id,
+                       Job.test_dataset_id, Job.algorithm, Job.backend, Job.params,
+                       Job.request, Job.model_name)
+        ).mappings().first()
+        if row is not None:
+            return Claim(job_id, int(row["attempt"]), me, dict(row))
+        fail_if_out_of_attempts(session, job_id)
+    return None
+
+
+def fail_if_out_of_attempts(session, job_id: str) -> bool:
+    """QUEUED with ``attempt >= max_attempts`` -> FAILED (every attempt died)."""
+    res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.state == "QUEUED", Job.attempt >= Job.max_attempts)
+        .values(state="FAILED", finished_at=utcnow(), lease_until=None,
+                error=poison_problem(), progress_message="failed")
+        .returning(Job.id)).first()
+    return res is not None
+
+
+def poison_problem(attempts: int | None = None) -> dict[str, Any]:
+    detail = "the job's worker died or lost its lease on every attempt"
+    if attempts:
+        detail += f" ({attempts} attempts)"
+    return {"type": PROBLEM_BASE + "worker-lost", "title": "Worker lost",
+            "status": 500, "detail": detail}
+
+
+@dataclass
+class _ProgressState:
+    fraction: float = 0.0
+    message: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    dirty: bool = False
+
+
+class Heartbeat(threading.Thread):
+    """Extends the lease, flushes progress (best effort) and watches for CANCELLING.
+
+    ``cancelled`` is set when the row says CANCELLING; ``lost`` when the row is no longer ours
+    (the reaper took it after a long stall): the runner then stops without writing.
+    """
+
+    def __init__(self, c: Claim) -> None:
+        super().__init__(name=f"heartbeat-{c.job_id}", daemon=True)
+        self.claim = c
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()
+        self._stop_event = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._progress = _ProgressState()
+        s = get_settings()
+        self.interval = max(0.05, float(s.job_heartbeat_seconds))
+        self.lease = timedelta(seconds=s.job_lease_seconds)
+
+    # ----------------------------------------------------------- called by the runner
+    def should_stop(self) -> bool:
+        return self.cancelled.is_set() or self.lost.is_set()
+
+    def report(self, fraction: float, message: str, record: dict | None = None) -> None:
+        """Record progress; the heartbeat thread writes it soon (never raises)."""
+        with self._lock:
+            self._progress.fraction = float(min(max(fraction, 0.0), 1.0))
+            self._progress.message = str(message)[:2000]
+            if record:
+                self._progress.history.append(record)
+            self._progress.dirty = True
+        self._wake.set()
+
+    def history(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._progress.history)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._wake.set()
+        self.join(timeout=10)
+
+    # ------------------------------------------------------------------- the thread
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                self.beat()
+            except Exception:  # noqa: BLE001 - a failed beat must not fail the job
+                log.warning("heartbeat of job %s failed", self.claim.job_id, exc_info=True)
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def beat(self) -> None:
+        values: dict[str, Any] = {"lease_until": utcnow() + self.lease}
+        with self._lock:
+            p = self._progress
+            flushing = p.dirty
+            if flushing:
+                values.update(progress_fraction=p.fraction, progress_message=p.message,
+                              history=list(p.history))
+                p.dirty = False
+        try:
+            self._write(values)
+        except Exception:
+            if flushing:
+                with self._lock:
+                    self._progress.dirty = True  # try again at the next beat
+            raise
+
+    def _write(self, values: dict[str, Any]) -> None:
+        c = self.claim
+        with session_scope() as session:
+            row = session.execute(
+                update(Job).where(owned(c.job_id, c.worker, c.attempt), Job.state.in_(ACTIVE))
+                .values(**values).returning(Job.state)).first()
+            if row is None:
+                state = session.scalar(select(Job.state).where(Job.id == c.job_id))
+                log.warning("job %s is no longer ours (state %s); stopping", c.job_id, state)
+                self.lost.set()
+            elif row[0] == "CANCELLING":
+                self.cancelled.set()
+
+
+def hand_back_children() -> list[str]:
+    """Graceful shutdown of a worker's main process: its pool children's RUNNING jobs go back
+    to QUEUED without using up an attempt, then are re-sent. Returns the job ids.
+
+    Conditional on ``worker`` being one of this process's children, so it never touches
+    another worker's job; a failure is logged (the lease reaper then recovers the jobs).
+    """
+    import psutil
+    from sqlalchemy import case
+
+    try:
+        owners = [f"{socket.gethostname()}:{c.pid}"
+                  for c in psutil.Process().children(recursive=False)]
+        if not owners:
+            return []
+        with session_scope() as session:
+            ids = list(session.scalars(
+                update(Job).where(Job.state == "RUNNING", Job.worker.in_(owners))
+                .values(state="QUEUED", worker=None, lease_until=None, enqueued_at=None,
+                        attempt=case((Job.attempt > 0, Job.attempt - 1), else_=0),
+                        progress_message="handed back (worker shutting down)")
+                .returning(Job.id)))
+    except Exception:  # noqa: BLE001 - the lease reaper recovers the jobs instead
+        log.warning("could not hand back running jobs at shutdown", exc_info=True)
+        return []
+    from app.services.jobs import enqueue
+
+    for job_id in ids:
+        enqueue(job_id)
+    if ids:
+        log.warning("worker shutting down: handed back jobs %s", ids)
+    return ids

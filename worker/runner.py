@@ -1,0 +1,388 @@
+"""Run one claimed training job: load data, split, (search), fit, evaluate, save, commit.
+
+Order of effects makes a retry harmless: the model file is written first to a path derived
+from the job id (a rerun overwrites the same bytes), then ONE transaction inserts the
+``models`` row (``job_id`` is unique, so at most one row per job) and marks the job
+SUCCEEDED; that transaction is retried with backoff on database errors. Every write is
+conditional on owning ``(worker, attempt)`` (see ``worker.lease``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from app.config import get_settings
+from app.db import session_scope
+from app.models import Dataset, Job, Model, utcnow
+from app.services.jobs import build_estimator
+from solver.exceptions import FitCancelled
+from worker.evaluation import evaluate, jsonable, n_support_vectors
+from worker.lease import PROBLEM_BASE, Claim, Heartbeat, owned
+
+log = logging.getLogger(__name__)
+
+MODEL_NAMESPACE = uuid.UUID("6f1d0c8e-5a0b-4bb8-9a38-3f0e3c1d2a77")
+COMMIT_RETRIES = 8
+
+
+class JobLost(Exception):
+    """The lease was taken over (reaped); this attempt must stop without writing."""
+
+
+def model_id_for(job_id: str) -> str:
+    """The model id is derived from the job id, so every attempt writes the same file."""
+    return str(uuid.uuid5(MODEL_NAMESPACE, job_id))
+
+
+# ------------------------------------------------------------------------------- data
+def _load(dataset_id: str) -> tuple[Any, np.ndarray]:
+    from app.services import storage
+
+    return storage.load_dataset(storage.dataset_dir(dataset_id))
+
+
+def _fit_width(X: Any, n_features: int) -> Any:
+    """Pad a test matrix with fewer features (LIBSVM files omit trailing zero features)."""
+    if X.shape[1] == n_features:
+        return X
+    if X.shape[1] > n_features:
+        raise ValueError(f"test data has {X.shape[1]} features, the training data "
+                         f"{n_features}")
+    if sp.issparse(X):
+        return sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], n_features))
+    return np.hstack([X, np.zeros((X.shape[0], n_features - X.shape[1]))])
+
+
+def split(X: Any, y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified train/test row indices (plain shuffle split when a class is too small)."""
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    _, counts = np.unique(y, return_counts=True)
+    n_test = int(np.ceil(fraction * len(y)))
+    stratify = y if counts.min() >= 2 and n_test >= len(counts) else None
+    tr, te = train_test_split(idx, test_size=fraction, random_state=seed, shuffle=True,
+                              stratify=stratify)
+    return np.sort(tr), np.sort(te)
+
+
+# ------------------------------------------------------------------------------ commit
+def _retry_seconds() -> float:
+    """How long terminal writes keep retrying through a database outage: the job's lease
+    (at least 30 s); past it the lease reaper owns the job's recovery anyway."""
+    return max(30.0, float(get_settings().job_lease_seconds))
+
+
+def _with_retries(fn, what: str):
+    """Run a DB transaction, retrying transient errors with exponential backoff (at least
+    ``COMMIT_RETRIES`` tries, and for up to ``_retry_seconds()``)."""
+    delay = 0.2
+    deadline = time.monotonic() + _retry_seconds()
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except (OperationalError, DBAPIError) as exc:
+            attempt += 1
+            if isinstance(exc, IntegrityError) or (
+                    attempt >= COMMIT_RETRIES and time.monotonic() + delay > deadline):
+                raise
+            log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _write_model_file(est: Any, model_id: str) -> tuple[str, str]:
+    """Write the portable model file atomically; returns (relative path, sha256)."""
+    from app.services.algorithms import portable
+    from app.services.storage import model_path
+    from solver.model_io import save_model
+
+    path = model_path(model_id)
+    rel = path.relative_to(get_settings().data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    save_model(portable(est), tmp)
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    os.replace(tmp, path)
+    return rel.as_posix(), digest
+
+
+def _commit_success(c: Claim, model_fields: dict[str, Any], history: list[dict]) -> str:
+    """One transaction: insert the model version (once per job) and set SUCCEEDED."""
+
+    def tx() -> str:
+        with session_scope() as s:
+            job = s.scalars(select(Job).where(owned(c.job_id, c.worker, c.attempt))
+                            .with_for_update()).first()
+            if job is None:
+                raise JobLost(c.job_id)
+            now = utcnow()
+            if job.state == "CANCELLING":
+                job.state, job.finished_at, job.lease_until = "CANCELLED", now, None
+                job.progress_message = "cancelled"
+                return "CANCELLED"
+            if job.state != "RUNNING":
+                raise JobLost(c.job_id)
+            existing = s.scalars(select(Model).where(Model.job_id == c.job_id)).first()
+            if existing is None:
+                top = s.scalar(select(func.max(Model.version)).where(
+                    Model.tenant_id == job.tenant_id, Model.name == model_fields["name"]))
+                s.add(Model(tenant_id=job.tenant_id, job_id=job.id, version=(top or 0) + 1,
+                            **model_fields))
+                s.flush()
+            job.state, job.finished_at, job.lease_until = "SUCCEEDED", now, None
+            job.model_id = model_fields["id"]
+            job.progress_fraction, job.progress_message = 1.0, "succeeded"
+            job.history = history
+            return "SUCCEEDED"
+
+    delay = 0.2
+    for attempt in range(COMMIT_RETRIES):
+        try:
+            return _with_retries(tx, "final commit")
+        except IntegrityError:  # a concurrent job took the same (name, version): recount
+            if attempt == COMMIT_RETRIES - 1:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise RuntimeError("unreachable")
+
+
+def finish(c: Claim, state: str, *, error: dict | None = None,
+           history: list[dict] | None = None, from_states: tuple[str, ...] = ("RUNNING",
+                                                                            "CANCELLING")) -> bool:
+    """Conditional terminal write by the owner; False when the job is no longer ours."""
+    values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "lease_until": None,
+                              "error": error, "progress_message": state.lower()}
+    if history is not None:
+        values["history"] = history
+
+    def tx() -> bool:
+        with session_scope() as s:
+            return s.execute(update(Job).where(owned(c.job_id, c.worker, c.attempt),
+                                               Job.state.in_(from_states))
+                             .values(**values).returning(Job.id)).first() is not None
+
+    return _with_retries(tx, f"set {state}")
+
+
+def problem(kind: str, title: str, detail: str, status: int = 422) -> dict[str, Any]:
+    return {"type": PROBLEM_BASE + kind, "title": title, "status": status,
+            "detail": detail[:4000]}
+
+
+# -------------------------------------------------------------------------------- run
+def _check(hb: Heartbeat) -> None:
+    if hb.lost.is_set():
+        raise JobLost(hb.claim.job_id)
+    if hb.cancelled.is_set():
+        raise FitCancelled("cancel requested")
+
+
+def _fit_on_spark(row: dict[str, Any], c: Claim, progress, hb: Heartbeat) -> Any:
+    """Backend "spark" (``worker.spark_backend``, owned by the Spark part): trains on the
+    whole stored training dataset. A previous attempt's Spark work is interrupted first."""
+    from app.services import storage
+    from worker import spark_backend
+
+    with session_scope() as s:
+        old_sid = s.scalar(select(Job.spark_session_id).where(Job.id == c.job_id))
+    if old_sid:
+        try:
+            spark_backend.interrupt_job(c.job_id, old_sid)
+        except Exception:  # noqa: BLE001 - the old session may be gone already
+            log.info("no previous Spark work of job %s to interrupt", c.job_id)
+
+    def on_session(sid: str) -> None:
+        with session_scope() as s:
+            s.execute(update(Job).where(owned(c.job_id, c.worker, c.attempt))
+                      .values(spark_session_id=sid))
+
+    seed = int((row.get("request") or {}).get("seed", 0))
+    params = {k: v for k, v in (row.get("params") or {}).items() if k != "random_state"}
+    return spark_backend.train_on_spark(
+        storage.dataset_dir(row["dataset_id"]), params, seed, progress, hb.should_stop,
+        c.job_id, attempt=c.attempt, on_session=on_session)
+
+
+def _spark_eval_rows(row: dict[str, Any], req: dict[str, Any], seed: int
+                     ) -> tuple[Any, np.ndarray, np.ndarray | None]:
+    """Evaluation rows of a Spark job: the test dataset, or else a bounded hash sample of the
+    training data (``spark_backend.evaluation_sample``; not held out: Spark trains on all
+    rows). The third item is not None when the rows come from the training data."""
+    from app.services import storage
+    from worker import spark_backend
+
+    n_features = int(storage.read_meta(storage.dataset_dir(row["dataset_id"]))["n_features"])
+    if row.get("test_dataset_id"):
+        X_test, y_test = _load(row["test_dataset_id"])
+        return _fit_width(X_test, n_features), y_test, None
+    X_s, y_s = spark_backend.evaluation_sample(storage.dataset_dir(row["dataset_id"]),
+                                               float(req.get("test_fraction") or 0.2), seed)
+    return X_s, y_s, np.zeros(0, dtype=np.int64)
+
+
+def _fit(est: Any, row: dict[str, Any], X: Any, y: np.ndarray, c: Claim, hb: Heartbeat,
+         lo: float, hi: float, X_val: Any, y_val: Any) -> Any:
+    """Fit locally or hand over to the Spark backend; progress mapped into [lo, hi]."""
+
+    def progress(fraction: float, message: str, record: dict | None = None) -> None:
+        hb.report(lo + (hi - lo) * float(fraction), message,
+                  jsonable(record) if record else None)
+
+    if row["backend"] == "spark":
+        return _fit_on_spark(row, c, progress, hb)
+    return est.fit(X, y, X_val=X_val, y_val=y_val, progress=progress,
+                   should_stop=hb.should_stop)
+
+
+def run_claimed(c: Claim) -> str:
+    """Run a claimed job to a terminal state; returns that state ("LOST" if reaped)."""
+    hb = Heartbeat(c)
+    hb.start()
+    try:
+        return _run(c, hb)
+    except JobLost:
+        log.warning("job %s attempt %d lost its lease; stopping", c.job_id, c.attempt)
+        return "LOST"
+    except FitCancelled as exc:
+        if hb.lost.is_set():
+            return "LOST"
+        ok = finish(c, "CANCELLED", history=jsonable(exc.history) or hb.history(),
+                    from_states=("CANCELLING",))
+        if not ok:  # stopped although nobody asked (cannot happen) - record a failure
+            finish(c, "FAILED", error=problem("training-failed", "Training stopped",
+                                              "the solver stopped without a cancel request",
+                                              500))
+            return "FAILED"
+        return "CANCELLED"
+    except OperationalError:
+        # the database stayed unreachable through every retry: the job is not at fault;
+        # leave it RUNNING so the lease reaper re-queues it once the database is back
+        log.exception("job %s attempt %d: database unreachable; left to the reaper",
+                      c.job_id, c.attempt)
+        return "LOST"
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a problem object
+        from celery.exceptions import SoftTimeLimitExceeded
+
+        if _caused_by(exc, SoftTimeLimitExceeded):  # numba wraps it in a SystemError
+            err = problem("time-limit", "Time limit exceeded",
+                          f"the job ran longer than {get_settings().job_time_limit_seconds} s",
+                          500)
+        elif isinstance(exc, DatasetGone):
+            err = problem("dataset-gone", "Dataset deleted", str(exc), 404)
+        elif isinstance(exc, ValueError):
+            err = problem("training-failed", "Training failed", f"{exc}")
+        else:
+            log.exception("job %s failed", c.job_id)
+            err = problem("training-failed", "Training failed",
+                          f"{type(exc).__name__}: {exc}", 500)
+        finish(c, "FAILED", error=err, history=hb.history())
+        return "FAILED"
+    finally:
+        hb.stop()
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """``exc`` or an exception in its ``__cause__`` / ``__context__`` chain is a ``kind``."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, kind):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+class DatasetGone(Exception):
+    """A dataset of the job was deleted after the job was queued."""
+
+
+def _require_datasets(row: dict[str, Any]) -> None:
+    ids = [i for i in (row["dataset_id"], row.get("test_dataset_id")) if i]
+    with session_scope() as s:
+        live = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(ids),
+                                                      Dataset.deleted_at.is_(None))))
+    for i in ids:
+        if i not in live:
+            raise DatasetGone(f"dataset {i} was deleted before the job ran")
+
+
+def _run(c: Claim, hb: Heartbeat) -> str:
+    row = c.row
+    req = row.get("request") or {}
+    seed = int(req.get("seed", 0))
+    params = dict(row.get("params") or {})
+    est = build_estimator(row["algorithm"], params, seed)
+
+    hb.report(0.01, "loading data")
+    _require_datasets(row)
+    train_idx: np.ndarray | None = None
+    if row["backend"] == "spark":
+        # Spark reads the training data by path; this process loads only evaluation rows
+        X_train = y_train = None
+        X_test, y_test, train_idx = _spark_eval_rows(row, req, seed)
+    elif row.get("test_dataset_id"):
+        X, y = _load(row["dataset_id"])
+        X_test, y_test = _load(row["test_dataset_id"])
+        X_test = _fit_width(X_test, X.shape[1])
+        X_train, y_train = X, y
+    else:
+        X, y = _load(row["dataset_id"])
+        fraction = req.get("test_fraction") or 0.2
+        train_idx, test_idx = split(X, y, float(fraction), seed)
+        X_train, y_train, X_test, y_test = X[train_idx], y[train_idx], X[test_idx], y[test_idx]
+    _check(hb)
+
+    search_result = None
+    lo = 0.05
+    search = req.get("search")
+    if search:
+        from worker.search import grid_search
+
+        hb.report(lo, "grid search")
+        search_result = grid_search(
+            est, X_train, y_train, search["grid"], int(search.get("folds", 3)), seed,
+            progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
+        est.set_params(**search_result["best_params"])
+        params.update(search_result["best_params"])
+        lo = 0.5
+    hb.report(lo, "training")
+    t0 = time.perf_counter()
+    est = _fit(est, row, X_train, y_train, c, hb, lo, 0.9, None, None)
+    train_seconds = time.perf_counter() - t0
+    _check(hb)
+
+    hb.report(0.92, "evaluating")
+    metrics, margin = evaluate(est, X_test, y_test)
+    # Spark trains on the whole stored dataset, so a test_fraction sample is not held out.
+    metrics["held_out"] = not (row["backend"] == "spark" and train_idx is not None)
+    if search_result is not None:
+        metrics["search"] = jsonable(search_result)
+    _check(hb)
+
+    hb.report(0.96, "saving model")
+    model_id = model_id_for(c.job_id)
+    rel, digest = _write_model_file(est, model_id)
+    history = jsonable(getattr(est, "history_", None) or hb.history())
+    fields = {
+        "id": model_id, "dataset_id": row["dataset_id"], "name": row["model_name"],
+        "algorithm": row["algorithm"], "backend": row["backend"],
+        "params": jsonable({**params, "random_state": est.get_params().get("random_state")}),
+        "metrics": metrics, "margin": margin, "n_features": int(est.n_features_in_),
+        "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
+        "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
+    }
+    return _commit_success(c, fields, history)

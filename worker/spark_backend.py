@@ -1,0 +1,305 @@
+"""Training on Apache Spark from the Celery worker (``backend: "spark"``).
+
+Two ways to reach Spark, chosen by the settings:
+
+* ``SODM_SPARK_REMOTE`` (e.g. ``sc://spark-connect:15002``): Spark Connect. The worker is a
+  thin gRPC client; each job attempt gets its own server-side session whose id is
+  ``uuid5(job_id:attempt)`` (persist it in ``Job.spark_session_id``) and every operation
+  carries the tag ``sodm-job-<job_id>``. The server keeps executing when the client dies, so
+  the cancel path, the next attempt and the reaper call ``interrupt_job(job_id, session_id)``,
+  which re-attaches to that session and runs ``interruptTag``.
+* ``SODM_SPARK_MASTER`` (e.g. ``local[2]`` or ``spark://host:7077``): a classic session whose
+  driver JVM lives in this worker process (one per process, reused across jobs). Jobs run in
+  the job group ``sodm-job-<job_id>`` (``interruptOnCancel``); a cancel calls
+  ``cancelJobGroup``. The driver JVM dies with the worker process, which ends the
+  application on the cluster, so there is nothing to interrupt from another process.
+
+While a job trains, a watcher thread polls ``should_stop()`` every ``poll_seconds`` and
+interrupts the job's Spark work at once, so a cancel stops running Spark jobs within seconds
+rather than at the next level boundary. The training itself is ``solver.spark.fit_spark``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from solver.exceptions import FitCancelled
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "spark_configured",
+    "session_id_for",
+    "job_tag",
+    "spark_session",
+    "train_on_spark",
+    "interrupt_job",
+    "evaluation_sample",
+]
+
+_NS = uuid.UUID("6f1c1d2e-5a0b-4c55-9a3e-2b7f3c0d9e11")
+_classic_lock = threading.Lock()
+
+
+def _settings(settings: Any | None) -> Any:
+    if settings is None:
+        from app.config import get_settings
+
+        settings = get_settings()
+    return settings
+
+
+def spark_configured(settings: Any | None = None) -> bool:
+    """True when a Spark Connect URL or a classic master is configured."""
+    s = _settings(settings)
+    return bool(getattr(s, "spark_remote", None) or getattr(s, "spark_master", None))
+
+
+def session_id_for(job_id: str, attempt: int = 1) -> str:
+    """The Connect session id of one job attempt (deterministic: a retry can recompute it)."""
+    return str(uuid.uuid5(_NS, f"{job_id}:{attempt}"))
+
+
+def job_tag(job_id: str) -> str:
+    """The Spark job tag / job group of a job (tags may not contain commas)."""
+    return f"sodm-job-{job_id}".replace(",", "_")
+
+
+def _remote_url(remote: str, session_id: str) -> str:
+    base = remote.rstrip("/")
+    sep = ";" if "/;" in base else "/;"
+    return f"{base}{sep}session_id={session_id}"
+
+
+def _connect(remote: str, session_id: str):
+    """A Spark Connect client session bound to the server-side session ``session_id``.
+
+    Built with the Connect class directly: the generic builder refuses to open a Connect
+    session in a process that also holds a classic SparkContext.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return ConnectSession.builder.remote(_remote_url(remote, session_id)).create()
+
+
+def stop_classic_session() -> None:
+    """Stop this process's classic session, if any (its JVM gateway stays for reuse)."""
+    from pyspark.sql import SparkSession
+
+    with _classic_lock:
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+
+
+def _classic_session(master: str):
+    """The process-wide classic session for ``master`` (created on first use)."""
+    from pyspark.sql import SparkSession
+
+    with _classic_lock:
+        active = SparkSession.getActiveSession()
+        if active is not None and active.sparkContext.master != master:
+            active.stop()
+        builder = (
+            SparkSession.builder.master(master)
+            .appName("sodm-worker")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "8")
+            .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
+        )
+        if os.environ.get("PYTHONPATH"):
+            builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        return builder.getOrCreate()
+
+
+@contextmanager
+def spark_session(settings: Any | None = None, *, job_id: str,
+                  session_id: str | None = None) -> Iterator[Any]:
+    """A session for one job with its tag / job group set; the tag is removed afterwards.
+
+    Connect: a fresh server-side session ``session_id`` (default: a new uuid), closed at the
+    end. Classic: the shared session; the job group is set on the calling thread.
+    """
+    s = _settings(settings)
+    tag = job_tag(job_id)
+    if getattr(s, "spark_remote", None):
+        sid = session_id or str(uuid.uuid4())
+        spark = _connect(s.spark_remote, sid)
+        spark.addTag(tag)
+        try:
+            yield spark
+        finally:
+            try:
+                spark.removeTag(tag)
+                spark.stop()
+            except Exception:  # noqa: BLE001 - closing a dead channel must not mask errors
+                log.warning("closing Spark Connect session %s failed", sid, exc_info=True)
+        return
+    if not getattr(s, "spark_master", None):
+        raise RuntimeError("Spark is not configured: set SODM_SPARK_REMOTE or SODM_SPARK_MASTER")
+    spark = _classic_session(s.spark_master)
+    sc = spark.sparkContext
+    sc.setJobGroup(tag, f"SODM job {job_id}", interruptOnCancel=True)
+    sc.addJobTag(tag)
+    try:
+        yield spark
+    finally:
+        sc.removeJobTag(tag)
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+
+
+def interrupt_session(spark: Any, job_id: str) -> list[str]:
+    """Interrupt every running Spark operation of ``job_id`` in ``spark`` (either mode)."""
+    tag = job_tag(job_id)
+    if _is_connect(spark):
+        return list(spark.interruptTag(tag))
+    return _cancel_classic(spark.sparkContext, tag)
+
+
+def _cancel_classic(sc: Any, tag: str) -> list[str]:
+    active = [str(j) for j in sc.statusTracker().getJobIdsForGroup(tag)]
+    sc.cancelJobGroup(tag)
+    sc.cancelJobsWithTag(tag)
+    return active
+
+
+def _is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def interrupt_job(job_id: str, session_id: str | None, settings: Any | None = None) -> list[str]:
+    """Interrupt a job's Spark work from any process (cancel path, retry, reaper).
+
+    Connect: re-attach to the job's server session and ``interruptTag``; returns the ids of
+    the interrupted operations. Classic: only the process that owns the driver can cancel
+    (and its death ends the application), so this cancels the job group when this process
+    holds the active session and otherwise returns ``[]``.
+    """
+    s = _settings(settings)
+    if getattr(s, "spark_remote", None):
+        if not session_id:
+            return []
+        spark = _connect(s.spark_remote, session_id)
+        try:
+            return list(spark.interruptTag(job_tag(job_id)))
+        finally:
+            with contextlib.suppress(Exception):
+                spark.client.close()
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return []
+    return _cancel_classic(sc, job_tag(job_id))
+
+
+def evaluation_sample(dataset_dir: str | Path, fraction: float, seed: int,
+                      max_rows: int = 100_000) -> tuple[Any, Any]:
+    """``(X, y)``: a deterministic sample of a stored dataset for a Spark job's metrics.
+
+    Row ``i`` is kept when ``splitmix64(seed, row_id)`` falls below ``rate * 2**64`` with
+    ``rate = min(fraction, max_rows / n_rows)``: the file is streamed, so the worker never
+    holds more than about ``max_rows`` rows of data that Spark trains on by path.
+    """
+    import numpy as np
+
+    from app.services import storage
+    from solver.partition import splitmix64
+
+    n_rows = int(storage.read_meta(Path(dataset_dir)).get("n_rows") or 0)
+    rate = min(float(fraction), max_rows / n_rows if n_rows else 1.0, 1.0)
+    threshold = np.uint64(min(int(rate * 2.0**64), 2**64 - 1))
+
+    salted = int(seed) ^ 0x5EED_E7A1  # not the partition dealing keys of the same seed
+
+    def keep(row_ids: np.ndarray) -> np.ndarray:
+        return splitmix64(salted, row_ids.astype(np.int64)) < threshold
+
+    X, y = storage.load_dataset(dataset_dir, keep=keep)
+    if len(y) == 0:  # tiny data: evaluate on everything rather than on nothing
+        X, y = storage.load_dataset(dataset_dir)
+    return X, y
+
+
+class _StopWatcher:
+    """Polls ``should_stop`` in a thread and interrupts the job's Spark work when it fires."""
+
+    def __init__(self, spark: Any, job_id: str, should_stop: Callable[[], bool] | None,
+                 poll_seconds: float) -> None:
+        self.spark, self.job_id, self.should_stop = spark, job_id, should_stop
+        self.poll = poll_seconds
+        self.fired = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sodm-spark-stop", daemon=True)
+
+    def __enter__(self) -> _StopWatcher:
+        if self.should_stop is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.poll):
+            try:
+                stop = bool(self.should_stop())
+            except Exception:  # noqa: BLE001 - a failing poll must not kill the job
+                log.warning("should_stop() failed", exc_info=True)
+                continue
+            if stop:
+                self.fired.set()
+                try:
+                    interrupt_session(self.spark, self.job_id)
+                except Exception:  # noqa: BLE001
+                    log.warning("interrupting job %s failed", self.job_id, exc_info=True)
+                return
+
+    def stopped(self) -> bool:
+        return self.fired.is_set() or bool(self.should_stop and self.should_stop())
+
+
+def train_on_spark(dataset_dir: str | Path, params: dict[str, Any], seed: int | None,
+                   progress: Callable[[float, str, dict], None] | None,
+                   should_stop: Callable[[], bool] | None, job_id: str, *,
+                   settings: Any | None = None, session_id: str | None = None,
+                   attempt: int = 1,
+                   on_session: Callable[[str], None] | None = None,
+                   poll_seconds: float = 0.5) -> Any:
+    """Train SODM on Spark over the stored dataset and return a fitted ``SODMClassifier``.
+
+    ``params`` are ``SODMClassifier`` keyword arguments (``random_state`` is ``seed``).
+    ``on_session(session_id)`` is called before any Spark work so the caller can persist the
+    Connect session id (``Job.spark_session_id``); before starting, a previous attempt's
+    session of the same job is interrupted by the caller via ``interrupt_job``. Raises
+    ``FitCancelled`` when ``should_stop()`` fires.
+    """
+    from solver.spark import fit_spark
+
+    s = _settings(settings)
+    sid = session_id or session_id_for(job_id, attempt)
+    if on_session is not None and getattr(s, "spark_remote", None):
+        on_session(sid)
+    with spark_session(s, job_id=job_id, session_id=sid) as spark, \
+            _StopWatcher(spark, job_id, should_stop, poll_seconds) as watcher:
+        try:
+            return fit_spark(spark, Path(dataset_dir), params, seed=seed, progress=progress,
+                             should_stop=watcher.stopped)
+        except FitCancelled:
+            raise
+        except Exception as exc:
+            if watcher.fired.is_set():
+                raise FitCancelled("Spark work interrupted by a cancel") from exc
+            raise
