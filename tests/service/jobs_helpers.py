@@ -1,0 +1,78 @@
+"""Helpers shared by the training-job service tests (upload, submit, poll, read LIBSVM)."""
+
+from __future__ import annotations
+
+import lzma
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from sklearn.datasets import load_svmlight_file
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+# Parameters that keep the exact ODM solver busy for a minute or more on svmguide1 (~3 ms
+# per epoch here): a tolerance it never reaches, and an epoch budget that bounds the damage
+# if a failed test leaves the job behind.
+LONG_ODM = {"kernel": "rbf", "gamma": 10.0, "lam": 1e8, "tol": 1e-12, "max_iter": 20_000}
+# The same for a few seconds (600 epochs on an 80 % split of svmguide1: ~2-3 s when the
+# machine is idle, much longer when it is shared).
+SECONDS_ODM = {**LONG_ODM, "max_iter": 600}
+
+
+def libsvm_bytes(datasets_dir: Path, name: str) -> bytes:
+    with lzma.open(datasets_dir / f"{name}.xz") as fh:
+        return fh.read()
+
+
+def load_libsvm(datasets_dir: Path, name: str, n_features: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Dense X and integer labels, as the service stores them."""
+    with lzma.open(datasets_dir / f"{name}.xz") as fh:
+        X, y = load_svmlight_file(fh, n_features=n_features)
+    yi = y.astype(np.int64)
+    assert np.array_equal(yi, y)
+    return X.toarray(), yi
+
+
+def upload_as(api_server: str, tenant: tuple[str, str], datasets_dir: Path, name: str
+              ) -> dict[str, Any]:
+    """Upload with a client of its own (for module-scoped dataset fixtures)."""
+    with httpx.Client(base_url=api_server, timeout=60,
+                      headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
+        return upload(c, datasets_dir, name)
+
+
+def upload(client: httpx.Client, datasets_dir: Path, name: str) -> dict[str, Any]:
+    r = client.post("/datasets", files={"file": (f"{name}.libsvm",
+                                                 libsvm_bytes(datasets_dir, name))},
+                    data={"format": "libsvm", "name": name})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def submit(client: httpx.Client, body: dict[str, Any], **headers: str) -> dict[str, Any]:
+    r = client.post("/train", json=body, headers=headers)
+    assert r.status_code in (200, 202), r.text
+    assert r.headers["location"] == f"/jobs/{r.json()['id']}"
+    return r.json()
+
+
+def wait_job(client: httpx.Client, job_id: str, states: set[str] | None = None,
+             timeout: float = 300.0, pred=None) -> dict[str, Any]:
+    """Poll GET /jobs/{id} until its state is in ``states`` (default: terminal)."""
+    states = states or TERMINAL
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        r = client.get(f"/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        job = r.json()
+        if job["state"] in states and (pred is None or pred(job)):
+            return job
+        if job["state"] in TERMINAL and job["state"] not in states:
+            raise AssertionError(f"job ended {job['state']}: {job.get('error')}")
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {job.get('state')} after {timeout}s: {job}")

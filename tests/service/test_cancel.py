@@ -1,0 +1,71 @@
+"""Cancelling jobs on the real stack: a running fit is stopped by the worker (not just the
+record), a queued job never starts, finished jobs answer 409."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from tests.service.jobs_helpers import LONG_ODM, submit, upload_as, wait_job
+
+
+@pytest.fixture(scope="module")
+def heart(api_server, tenant, datasets_dir):
+    return upload_as(api_server, tenant, datasets_dir, "heart_scale")
+
+
+@pytest.fixture(scope="module")
+def guide(api_server, tenant, datasets_dir):
+    """svmguide1: big enough for jobs that run long."""
+    return upload_as(api_server, tenant, datasets_dir, "svmguide1")
+
+
+def _cpu(proc: psutil.Process, seconds: float = 2.0) -> float:
+    """CPU percent of a process over ``seconds``."""
+    proc.cpu_percent(None)
+    time.sleep(seconds)
+    return proc.cpu_percent(None)
+
+
+def test_cancel_running_and_queued(client, worker, heart, guide):
+    long_job = submit(client, {"dataset_id": guide["id"], "algorithm": "odm",
+                               "params": LONG_ODM, "test_fraction": 0.2})
+    running = wait_job(client, long_job["id"], {"RUNNING"},
+                       pred=lambda j: j["progress"]["message"] == "training")
+    queued = submit(client, {"dataset_id": heart["id"], "algorithm": "sodm",
+                             "params": {"kernel": "rbf"}, "test_fraction": 0.2})
+    (child,) = worker.children()
+    # (the machine is shared, so "busy" is a low bar; an idle child uses ~0 %)
+    assert _cpu(child) > 5, "the pool child is busy training"
+
+    # queued: CANCELLED at once, and it never runs
+    r = client.post(f"/jobs/{queued['id']}/cancel")
+    assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
+    again = client.post(f"/jobs/{queued['id']}/cancel")  # already terminal
+    assert again.status_code == 409 and again.json()["state"] == "CANCELLED"
+
+    # running: CANCELLING, then the worker stops the solver and records CANCELLED
+    r = client.post(f"/jobs/{running['id']}/cancel")
+    assert r.status_code == 202 and r.json()["state"] in ("CANCELLING", "CANCELLED")
+    t0 = time.monotonic()
+    done = wait_job(client, running["id"], timeout=120)
+    assert done["state"] == "CANCELLED" and done["model_id"] is None
+    stop_seconds = time.monotonic() - t0
+    # the worker (not the API) wrote CANCELLED long before the 20k-epoch budget ran out
+    assert stop_seconds < 60, f"the fit stopped {stop_seconds:.1f}s after the cancel"
+    assert child.is_running() and worker.children() == [child], "same child, not killed"
+    assert _cpu(child) < 5, "the pool child is idle again"
+
+    gone = client.get(f"/jobs/{queued['id']}").json()
+    assert gone["state"] == "CANCELLED" and gone["attempt"] == 0 and gone["started_at"] is None
+
+    # the worker takes new work; finished jobs cannot be cancelled
+    nxt = wait_job(client, submit(client, {"dataset_id": heart["id"], "algorithm": "sodm",
+                                           "params": {"kernel": "rbf"},
+                                           "test_fraction": 0.2})["id"])
+    assert nxt["state"] == "SUCCEEDED"
+    r = client.post(f"/jobs/{nxt['id']}/cancel")
+    assert r.status_code == 409 and r.json()["state"] == "SUCCEEDED"
+    assert client.post("/jobs/no-such-job/cancel").status_code == 404

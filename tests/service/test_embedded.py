@@ -1,0 +1,102 @@
+"""The same train/predict flow on the embedded defaults: ``sodm run`` with neither
+DATABASE_URL nor CELERY_BROKER_URL (a SQLite file and kombu's SQLAlchemy transport under
+SODM_DATA_DIR), its own uvicorn and celery worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+
+from solver import SODMClassifier
+from tests.fixtures.stack import REPO_ROOT, free_port
+from tests.service.jobs_helpers import load_libsvm, submit, upload, wait_job
+
+PARAMS = {"kernel": "rbf", "lam": 10000.0}
+SEED = 5
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[httpx.Client]:
+    """``sodm run`` on a fresh data directory; yields a client with the printed key."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(SODM_DATA_DIR=str(tmp_path / "data"), SODM_CELERY_QUEUE="sodm-embedded",
+               SODM_JOB_HEARTBEAT_SECONDS="0.5")
+    port = free_port()
+    log = open(tmp_path / "run.log", "w+b")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--port", str(port)],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=log,
+                            start_new_session=True)
+    family: list[psutil.Process] = []
+    try:
+        key = None
+        deadline = time.monotonic() + 120
+        while key is None and time.monotonic() < deadline:
+            line = proc.stdout.readline().decode()
+            if not line and proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"sodm run exited: {log.read().decode()[-3000:]}")
+            if line.startswith("API key: "):
+                key = line.split(": ", 1)[1].strip()
+        assert key, "sodm run printed no API key"
+        family = psutil.Process(proc.pid).children(recursive=True)
+        base = f"http://127.0.0.1:{port}"
+        client = httpx.Client(base_url=base, timeout=60,
+                              headers={"Authorization": f"Bearer {key}"})
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get("/livez").status_code == 200:
+                    break
+            time.sleep(0.3)
+        while b" ready." not in (tmp_path / "run.log").read_bytes():  # the celery worker
+            assert time.monotonic() < deadline, "the embedded worker did not start"
+            time.sleep(0.3)
+        yield client
+        client.close()
+    finally:
+        family = family or psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)  # sodm run forwards it to the API and the worker
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        for p in family:  # anything of ours still alive after the graceful stop
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        log.close()
+
+
+def test_embedded_defaults_train_and_predict(embedded, datasets_dir):
+    client = embedded
+    ready = client.get("/readyz")  # the SQLite database and the SQLAlchemy broker
+    assert ready.status_code == 200, ready.text
+    train = upload(client, datasets_dir, "svmguide1")
+    test = upload(client, datasets_dir, "svmguide1.t")
+    job = submit(client, {"dataset_id": train["id"], "algorithm": "sodm", "params": PARAMS,
+                          "test_dataset_id": test["id"], "seed": SEED})
+    done = wait_job(client, job["id"], timeout=300)
+    assert done["state"] == "SUCCEEDED", done["error"]
+
+    X, y = load_libsvm(datasets_dir, "svmguide1")
+    Xt, yt = load_libsvm(datasets_dir, "svmguide1.t", n_features=4)
+    lib = SODMClassifier(**PARAMS, random_state=SEED).fit(X, y)
+    r = client.post("/predict", json={"model_id": done["model_id"], "instances": Xt.tolist()})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    np.testing.assert_allclose(out["decision_values"], lib.decision_function(Xt), rtol=1e-9,
+                               atol=1e-9)
+    acc = float(np.mean(np.asarray(out["labels"]) == yt))
+    assert acc == float(np.mean(lib.predict(Xt) == yt)) and acc > 0.9
+    model = client.get(f"/models/{done['model_id']}").json()
+    assert model["metrics"]["accuracy"] == pytest.approx(acc, abs=1e-12)

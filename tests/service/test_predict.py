@@ -1,0 +1,101 @@
+"""POST /predict on the real stack: dense and sparse rows, and the problem for every kind
+of bad body (wrong width, NaN / infinity, strings, booleans, empty, too many rows, unknown
+model, bad references)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from solver import SODMClassifier
+from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
+
+
+@pytest.fixture(scope="module")
+def heart_model(api_server, tenant, datasets_dir, worker):
+    import httpx
+
+    ds = upload_as(api_server, tenant, datasets_dir, "heart_scale")
+    with httpx.Client(base_url=api_server, timeout=60,
+                      headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
+        job = submit(c, {"dataset_id": ds["id"], "algorithm": "sodm",
+                         "params": {"kernel": "rbf"}, "test_fraction": 0.2, "seed": 2,
+                         "name": "heart"})
+        done = wait_job(c, job["id"])
+        assert done["state"] == "SUCCEEDED", done["error"]
+        return c.get(f"/models/{done['model_id']}").json()
+
+
+def _problem(r, status: int, fragment: str = "") -> dict:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    body = r.json()
+    assert fragment in body.get("detail", "") + json.dumps(body.get("errors", "")), body
+    return body
+
+
+def test_dense_and_sparse_predictions(client, heart_model, datasets_dir):
+    X, y = load_libsvm(datasets_dir, "heart_scale", n_features=13)
+    rows = X[:25]
+    dense = client.post("/predict", json={"model_id": heart_model["id"],
+                                          "instances": rows.tolist()})
+    assert dense.status_code == 200, dense.text
+    out = dense.json()
+    assert set(out["labels"]) <= {-1, 1} and len(out["decision_values"]) == 25
+    assert all(isinstance(v, int) for v in out["labels"])
+    sparse_rows = [{str(j): float(v) for j, v in enumerate(r) if v != 0} for r in rows]
+    sparse = client.post("/predict", json={"model": "heart", "instances": sparse_rows}).json()
+    assert sparse["labels"] == out["labels"]
+    np.testing.assert_allclose(sparse["decision_values"], out["decision_values"], rtol=1e-12)
+    # the labels follow the sign of the decision values, in original label values
+    f = np.asarray(out["decision_values"])
+    assert out["labels"] == [1 if v > 0 else -1 for v in f]
+    # the same seed and split gives the library's fit: same decisions
+    idx = np.arange(len(y))
+    from sklearn.model_selection import train_test_split
+
+    tr, _ = train_test_split(idx, test_size=0.2, random_state=2, stratify=y)
+    lib = SODMClassifier(kernel="rbf", random_state=2).fit(X[np.sort(tr)], y[np.sort(tr)])
+    np.testing.assert_allclose(lib.decision_function(rows), f, rtol=1e-9, atol=1e-9)
+
+
+def test_bad_bodies(client, heart_model):
+    mid = heart_model["id"]
+    row = [0.1] * 13
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [row[:12]]}), 422,
+             "expects 13")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [row, row + [1]]}),
+             422, "instances[1]")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": []}), 422, "empty")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [["a"] + row[1:]]}),
+             422, "not a number")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [[True] + row[1:]]}),
+             422, "not a number")
+    zeros = ", ".join(["0"] * 12)
+    nan_body = f'{{"model_id": "{mid}", "instances": [[NaN, {zeros}]]}}'
+    _problem(client.post("/predict", content=nan_body,
+                         headers={"Content-Type": "application/json"}), 422)
+    inf_body = nan_body.replace("NaN", "Infinity")
+    _problem(client.post("/predict", content=inf_body,
+                         headers={"Content-Type": "application/json"}), 422)
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [{"13": 1.0}]}), 422,
+             "feature index 13")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [{"x": 1.0}]}), 422,
+             "not a 0-based")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [{"1": "2"}]}), 422,
+             "not a number")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": ["1 2 3"]}), 422,
+             "neither")
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [row] * 10_001}), 413)
+    _problem(client.post("/predict", json={"model_id": "no-such", "instances": [row]}), 404)
+    _problem(client.post("/predict", json={"model": "no-such", "instances": [row]}), 404)
+    _problem(client.post("/predict", json={"model": "heart@99", "instances": [row]}), 404)
+    _problem(client.post("/predict", json={"model": "heart@x", "instances": [row]}), 422)
+    _problem(client.post("/predict", json={"model": "heart", "model_id": mid,
+                                           "instances": [row]}), 422)
+    _problem(client.post("/predict", json={"instances": [row]}), 422)
+    _problem(client.post("/predict", json={"model_id": mid}), 422)
+    ok = client.post("/predict", json={"model": "heart@1", "instances": [row]})
+    assert ok.status_code == 200 and ok.json()["model_id"] == mid

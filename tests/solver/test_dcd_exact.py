@@ -1,0 +1,278 @@
+"""Exact kernel ODM dual coordinate descent against independent solvers and closed forms."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize, nnls
+from sklearn.exceptions import ConvergenceWarning
+
+from solver.dcd_kernel import kernel_kkt_violation, solve_kernel_dual
+from solver.formulation import ODMParams, dual_objective, slacks_from_alpha
+from solver.kernels import Kernel, kernel_matrix
+
+TOL = 1e-9
+
+
+def _data(m=60, n=4, seed=0, sparse=False):
+    rng = np.random.default_rng(seed)
+    X = rng.random((m, n))
+    if sparse:
+        X[rng.random(X.shape) < 0.5] = 0.0
+    y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _reference_dual(K, y, params, m_scale=None):
+    """The box QP 1/2 a'Ha + b'a, a >= 0, solved by L-BFGS-B with tight tolerances."""
+    m = len(y)
+    M = m if m_scale is None else m_scale
+    Q = (y[:, None] * y[None, :]) * K
+    dz, db = params.diag_terms(M)
+    H = np.block([[Q + dz * np.eye(m), -Q], [-Q, Q + db * np.eye(m)]])
+    b = np.r_[(params.theta - 1) * np.ones(m), (params.theta + 1) * np.ones(m)]
+    res = minimize(lambda a: (0.5 * a @ H @ a + b @ a, H @ a + b), np.zeros(2 * m), jac=True,
+                   method="L-BFGS-B", bounds=[(0, None)] * (2 * m),
+                   options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 50_000, "maxcor": 30})
+    return res.fun, np.c_[res.x[:m], res.x[m:]]
+
+
+CASES = [
+    (Kernel("linear"), ODMParams(lam=4.0, upsilon=0.3, theta=0.2)),
+    (Kernel("rbf", gamma=2.0), ODMParams(lam=8.0, upsilon=0.5, theta=0.3)),
+    (Kernel("rbf", gamma=0.5), ODMParams(lam=100.0, upsilon=1.0, theta=0.0)),
+    (Kernel("poly", gamma=1.0, degree=2, coef0=1.0), ODMParams(lam=2.0, upsilon=0.8, theta=0.1)),
+]
+
+
+@pytest.mark.parametrize(("kernel", "params"), CASES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matches_generic_qp_solver_and_kkt_closed_forms(kernel, params, seed):
+    X, y = _data(seed=seed)
+    res = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=seed)
+    assert res.converged and not res.stopped
+    assert res.kkt_violation <= TOL
+    K = kernel_matrix(kernel, X)
+    ref_obj, ref_alpha = _reference_dual(K, y, params)
+    assert res.objective == pytest.approx(ref_obj, rel=1e-6)
+    assert res.objective <= ref_obj + 1e-9 * abs(ref_obj)
+    np.testing.assert_allclose(res.alpha, ref_alpha, atol=1e-4)
+    Q = (y[:, None] * y[None, :]) * K
+    assert dual_objective(Q, res.alpha, params) == pytest.approx(res.objective, rel=1e-10)
+    # KKT: slacks from the closed forms equal the margin shortfalls/excesses; zeta*beta = 0
+    margins = y * (K @ (y * (res.alpha[:, 0] - res.alpha[:, 1])))
+    xi, eps = slacks_from_alpha(res.alpha, params)
+    np.testing.assert_allclose(xi, np.maximum(0, 1 - params.theta - margins), atol=1e-7)
+    np.testing.assert_allclose(eps, np.maximum(0, margins - 1 - params.theta), atol=1e-7)
+    assert np.all(res.alpha[:, 0] * res.alpha[:, 1] == 0)
+    assert np.any(res.alpha[:, 0] > 0)
+    assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 10 * TOL
+
+
+def test_linear_kernel_strong_duality():
+    X, y = _data(m=80, seed=3)
+    params = ODMParams(lam=6.0, upsilon=0.4, theta=0.2)
+    res = solve_kernel_dual(X, y, Kernel("linear"), params, tol=TOL, random_state=0)
+    w = X.T @ (y * (res.alpha[:, 0] - res.alpha[:, 1]))
+    gam = y * (X @ w)
+    xi = np.maximum(0, 1 - params.theta - gam)
+    eps = np.maximum(0, gam - 1 - params.theta)
+    primal = 0.5 * w @ w + params.lam / (2 * len(y)) * np.sum(
+        xi**2 + params.upsilon * eps**2) / (1 - params.theta) ** 2
+    assert primal == pytest.approx(-res.objective, rel=1e-8)
+
+
+def test_ridge_regression_when_theta_zero_and_upsilon_one():
+    X, y = _data(m=50, seed=4)
+    lam = 20.0
+    kernel = Kernel("rbf", gamma=1.5)
+    res = solve_kernel_dual(X, y, kernel, ODMParams(lam=lam, upsilon=1.0, theta=0.0),
+                            tol=1e-10, random_state=0)
+    K = kernel_matrix(kernel, X)
+    # 1/2||w||^2 + lam/(2M) sum (f(x_i) - y_i)^2  =>  nu = (K + M/lam I)^-1 y
+    nu = np.linalg.solve(K + len(y) / lam * np.eye(len(y)), y)
+    np.testing.assert_allclose(y * (res.alpha[:, 0] - res.alpha[:, 1]), nu, atol=1e-7)
+
+
+def test_m_scale_is_the_m_of_the_mc_term():
+    X, y = _data(m=40, seed=5)
+    k = Kernel("rbf", gamma=1.0)
+    a = solve_kernel_dual(X, y, k, ODMParams(lam=6.0), m_scale=80, tol=TOL, random_state=0)
+    b = solve_kernel_dual(X, y, k, ODMParams(lam=3.0), tol=TOL, random_state=0)
+    np.testing.assert_allclose(a.alpha, b.alpha, atol=1e-8)
+
+
+@pytest.fixture(scope="module")
+def rbf_problem():
+    X, y = _data(m=150, n=5, seed=7)
+    kernel = Kernel("rbf", gamma=3.0)
+    params = ODMParams(lam=50.0, upsilon=0.5, theta=0.2)
+    ref = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=0, shrinking=False)
+    assert ref.converged
+    return X, y, kernel, params, ref
+
+
+def test_warm_start_reaches_the_same_optimum(rbf_problem):
+    X, y, kernel, params, ref = rbf_problem
+    rng = np.random.default_rng(0)
+    for alpha0 in (ref.alpha * rng.uniform(0.5, 2.0, size=ref.alpha.shape),
+                   rng.random(ref.alpha.shape)):
+        res = solve_kernel_dual(X, y, kernel, params, alpha0=alpha0, tol=TOL, random_state=1)
+        assert res.converged
+        assert res.objective == pytest.approx(ref.objective, rel=1e-10)
+        np.testing.assert_allclose(res.alpha, ref.alpha, atol=1e-7)
+    # starting at the optimum needs a single checking epoch
+    again = solve_kernel_dual(X, y, kernel, params, alpha0=ref.alpha, tol=1e-6)
+    assert again.n_iter == 1 and again.converged
+    with pytest.raises(ValueError, match="alpha0"):
+        solve_kernel_dual(X, y, kernel, params, alpha0=np.zeros((3, 2)))
+
+
+def test_shrinking_on_and_off_agree(rbf_problem):
+    X, y, kernel, params, ref = rbf_problem
+    res = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=3, shrinking=True)
+    assert res.converged
+    np.testing.assert_allclose(res.alpha, ref.alpha, atol=1e-7)
+    assert res.objective == pytest.approx(ref.objective, rel=1e-10)
+
+
+def test_column_cache_mode_equals_full_matrix_mode(rbf_problem):
+    X, y, kernel, params, ref = rbf_problem
+    tiny = 150 * 8 * 10 / 2**20  # room for 10 float64 columns: forces the LRU cache path
+    res = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=0, shrinking=False,
+                            cache_size=tiny, kernel_dtype=np.float64)
+    assert res.converged
+    np.testing.assert_allclose(res.alpha, ref.alpha, atol=1e-9)
+    # default float32 storage in cache mode: same optimum up to float32 kernel rounding
+    res32 = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=0, cache_size=tiny)
+    assert res32.objective == pytest.approx(ref.objective, rel=1e-6)
+    assert kernel_kkt_violation(X, y, kernel, params, res32.alpha) <= 1e-5
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_kernel_memory_stays_within_cache_size(warm):
+    """The float32 full-matrix mode (float64 would not fit the budget): no step, the
+    warm-started initial ``f`` included, may make a float64 copy of the matrix (this was
+    3x the budget per worker on a9a).  numpy reports its buffers to tracemalloc."""
+    m = 6000
+    X, y = _data(m=m, n=5, seed=4)
+    kernel = Kernel("rbf", gamma=1.0)
+    params = ODMParams(lam=100.0, upsilon=0.5, theta=0.3)
+    budget_mb = m * m * 6 / 2**20  # float32 fits (4 B/entry), float64 does not
+    alpha0 = solve_kernel_dual(X, y, kernel, params, max_iter=3).alpha if warm else None
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            solve_kernel_dual(X, y, kernel, params, alpha0=alpha0, max_iter=5,
+                              cache_size=budget_mb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the matrix (2/3 of the budget) plus kernel_matrix's fixed 32 MB blocks and O(m) vectors
+    assert peak <= (budget_mb + 64) * 2**20, f"peak {peak / 2**20:.0f} MB, budget {budget_mb:.0f}"
+
+
+def test_csr_input_equals_dense():
+    X, y = _data(m=90, n=6, seed=8, sparse=True)
+    kernel = Kernel("rbf", gamma=2.0)
+    params = ODMParams(lam=10.0, upsilon=0.5, theta=0.2)
+    dense = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=0)
+    for cs in (512, 90 * 8 * 6 / 2**20):
+        res = solve_kernel_dual(sp.csr_matrix(X), y, kernel, params, tol=TOL, random_state=0,
+                                cache_size=cs, kernel_dtype=np.float64)
+        np.testing.assert_allclose(res.alpha, dense.alpha, atol=1e-9)
+
+
+def test_should_stop_returns_current_iterate():
+    X, y = _data(m=100, seed=9)
+    kernel = Kernel("rbf", gamma=5.0)
+    params = ODMParams(lam=1e4, upsilon=0.5, theta=0.1)
+    calls = []
+
+    def stop():
+        calls.append(1)
+        return True
+
+    res = solve_kernel_dual(X, y, kernel, params, tol=1e-12, should_stop=stop)
+    assert res.stopped and not res.converged
+    assert res.n_iter == 1 and len(calls) == 1
+    assert np.any(res.alpha > 0)
+    assert res.kkt_violation == pytest.approx(
+        kernel_kkt_violation(X, y, kernel, params, res.alpha), rel=1e-6)
+
+
+def test_max_iter_warns_convergence_warning():
+    X, y = _data(m=100, seed=10)
+    with pytest.warns(ConvergenceWarning):
+        res = solve_kernel_dual(X, y, Kernel("rbf", gamma=5.0),
+                                ODMParams(lam=1e4, upsilon=0.5, theta=0.1), tol=1e-12,
+                                max_iter=2)
+    assert not res.converged and res.n_iter == 2
+
+
+@pytest.mark.parametrize(
+    ("params", "kwargs", "name"),
+    [
+        (ODMParams(lam=0.0), {}, "lam"),
+        (ODMParams(upsilon=-1.0), {}, "upsilon"),
+        (ODMParams(theta=1.0), {}, "theta"),
+        (ODMParams(), {"tol": 0.0}, "tol"),
+        (ODMParams(), {"max_iter": 0}, "max_iter"),
+        (ODMParams(), {"cache_size": 0}, "cache_size"),
+        (ODMParams(), {"m_scale": -3}, "m_scale"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(params, kwargs, name):
+    X, y = _data(m=10)
+    with pytest.raises(ValueError, match=name):
+        solve_kernel_dual(X, y, Kernel("rbf"), params, **kwargs)
+
+
+def test_labels_must_be_plus_minus_one():
+    X, y = _data(m=10)
+    with pytest.raises(ValueError, match="y"):
+        solve_kernel_dual(X, (y + 1) / 2, Kernel("rbf"), ODMParams())
+
+
+def test_same_seed_same_result_and_no_warning_when_converged():
+    X, y = _data(m=70, seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        a = solve_kernel_dual(X, y, Kernel("rbf"), ODMParams(), random_state=5)
+        b = solve_kernel_dual(X, y, Kernel("rbf"), ODMParams(), random_state=5)
+    np.testing.assert_array_equal(a.alpha, b.alpha)
+    assert a.converged and a.kkt_violation <= 1e-3
+
+
+def test_active_set_newton_solves_ill_conditioned_problems_exactly():
+    # a wide poly kernel with large lam: condition number ~1e5, coordinate descent alone needs
+    # ~10^4 epochs here; the active-set Newton step must reach the same optimum much sooner
+    X, y = _data(m=120, n=3, seed=12)
+    X = np.c_[X, np.ones(len(y))]
+    kernel = Kernel("poly", gamma=8.0, degree=2, coef0=1.0)
+    params = ODMParams(lam=1000.0, upsilon=0.5, theta=0.2)
+    fast = solve_kernel_dual(X, y, kernel, params, tol=1e-6, random_state=0, max_iter=500)
+    assert fast.converged and fast.n_iter < 500
+    with pytest.warns(ConvergenceWarning):
+        slow = solve_kernel_dual(X, y, kernel, params, tol=1e-6, random_state=0,
+                                 newton=False, max_iter=max(fast.n_iter, 300))
+    assert not slow.converged and slow.objective > fast.objective
+    # exact reference: the box QP as non-negative least squares (H = L L', Lawson-Hanson)
+    m = len(y)
+    K = kernel_matrix(kernel, X)
+    Q = (y[:, None] * y[None, :]) * K
+    dz, db = params.diag_terms(m)
+    H = np.block([[Q + dz * np.eye(m), -Q], [-Q, Q + db * np.eye(m)]])
+    b = np.r_[(params.theta - 1) * np.ones(m), (params.theta + 1) * np.ones(m)]
+    L = np.linalg.cholesky(H)
+    a, _ = nnls(L.T, -np.linalg.solve(L, b), maxiter=50 * m)
+    ref_obj = 0.5 * a @ H @ a + b @ a
+    assert fast.objective == pytest.approx(ref_obj, rel=1e-7)
+    np.testing.assert_allclose(fast.alpha, np.c_[a[:m], a[m:]], rtol=1e-4, atol=1e-4)
+    assert np.all(fast.alpha[:, 0] * fast.alpha[:, 1] == 0)
+    assert kernel_kkt_violation(X, y, kernel, params, fast.alpha) <= 1e-5

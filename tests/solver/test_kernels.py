@@ -1,0 +1,97 @@
+"""Kernel functions and blocked kernel matrices (dense and CSR)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics.pairwise import linear_kernel, polynomial_kernel, rbf_kernel
+
+from solver.kernels import Kernel, kernel_diag, kernel_matrix, rkhs_sq_distance, row_sq_norms
+
+KERNELS = [
+    (Kernel("linear"), lambda A, B: linear_kernel(A, B)),
+    (Kernel("rbf", gamma=1.7), lambda A, B: rbf_kernel(A, B, gamma=1.7)),
+    (Kernel("poly", gamma=0.4, degree=3, coef0=0.5),
+     lambda A, B: polynomial_kernel(A, B, degree=3, gamma=0.4, coef0=0.5)),
+]
+
+
+def _sparse_data(m, n, density, seed):
+    return sp.random(m, n, density=density, format="csr", random_state=seed,
+                     data_rvs=np.random.default_rng(seed).random)
+
+
+@pytest.mark.parametrize(("kernel", "ref"), KERNELS, ids=lambda k: getattr(k, "name", ""))
+def test_dense_and_sparse_blocks_match_reference(kernel, ref):
+    A = _sparse_data(57, 9, 0.4, 1)
+    B = _sparse_data(23, 9, 0.4, 2)
+    Ad, Bd = A.toarray(), B.toarray()
+    want_ab, want_aa = ref(Ad, Bd), ref(Ad, Ad)
+    for a, b in [(Ad, Bd), (A, B), (A, Bd), (Ad, B)]:
+        np.testing.assert_allclose(kernel_matrix(kernel, a, b, block_elems=50), want_ab,
+                                   rtol=1e-12, atol=1e-12)
+    # symmetric path (upper block triangle mirrored), tiny and default blocks
+    for a in (Ad, A):
+        for be in (30, 1 << 22):
+            np.testing.assert_allclose(kernel_matrix(kernel, a, block_elems=be), want_aa,
+                                       rtol=1e-12, atol=1e-12)
+    out = np.zeros((57, 23), dtype=np.float32)
+    kernel_matrix(kernel, Ad, Bd, out=out)
+    np.testing.assert_allclose(out, want_ab, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(kernel_diag(kernel, A), np.diag(want_aa), rtol=1e-12)
+    np.testing.assert_allclose(kernel_diag(kernel, Ad), np.diag(want_aa), rtol=1e-12)
+
+
+def test_rbf_values_far_apart_underflow_to_zero_not_nan():
+    A = np.array([[0.0, 0.0], [100.0, 0.0]])
+    K = kernel_matrix(Kernel("rbf", gamma=50.0), A)
+    assert np.all(np.isfinite(K))
+    np.testing.assert_allclose(K, np.eye(2), atol=0)
+
+
+def test_rkhs_distance():
+    rng = np.random.default_rng(0)
+    A, B = rng.random((12, 4)), rng.random((7, 4))
+    D = rkhs_sq_distance(Kernel("linear"), A, B)
+    np.testing.assert_allclose(D, ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1), atol=1e-12)
+    k = Kernel("rbf", gamma=3.0)
+    D = rkhs_sq_distance(k, A, A)
+    assert np.all(D >= 0)
+    np.testing.assert_allclose(np.diag(D), 0.0, atol=1e-12)
+    np.testing.assert_allclose(D, 2 - 2 * rbf_kernel(A, A, gamma=3.0), atol=1e-12)
+
+
+def test_wide_sparse_input_is_never_densified():
+    # densifying this matrix would need 4 GB; the kernel block is only 40 x 40
+    m, n = 40, 10_000_000
+    rng = np.random.default_rng(0)
+    cols = rng.choice(n, size=(m, 5), replace=True)
+    rows = np.repeat(np.arange(m), 5)
+    X = sp.csr_matrix((rng.random(m * 5), (rows, cols.ravel())), shape=(m, n))
+    X.sum_duplicates()
+    K = kernel_matrix(Kernel("rbf", gamma=0.5), X)
+    dense_small = X[:, np.unique(X.indices)].toarray()
+    np.testing.assert_allclose(K, rbf_kernel(dense_small, gamma=0.5), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(row_sq_norms(X), (dense_small**2).sum(1), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"name": "sigmoid"}, "name"),
+        ({"name": "rbf", "gamma": 0.0}, "gamma"),
+        ({"name": "rbf", "gamma": float("nan")}, "gamma"),
+        ({"name": "poly", "degree": 0}, "degree"),
+        ({"name": "poly", "degree": 2.5}, "degree"),
+        ({"name": "poly", "coef0": float("inf")}, "coef0"),
+    ],
+)
+def test_bad_kernel_parameters(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        Kernel(**kwargs)
+
+
+def test_feature_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="features"):
+        kernel_matrix(Kernel("linear"), np.ones((3, 2)), np.ones((3, 4)))

@@ -1,0 +1,169 @@
+"""SODM trained on Spark (local[2], a standalone master with two workers, a Spark Connect
+server) over a stored real dataset matches the local backend with the same seed, and a
+cancelled Spark training stops within seconds."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from solver import SODMClassifier
+from solver.exceptions import FitCancelled
+from solver.model_io import load_model, save_model
+from worker.spark_backend import train_on_spark
+
+pytestmark = pytest.mark.spark
+
+# A numeric gamma: the distributed run then repeats the local arithmetic exactly (see
+# test_gamma_scale_close_to_local_backend for gamma="scale").
+KERNEL_PARAMS = {"kernel": "rbf", "gamma": 3.0, "levels": 2, "n_strata": 6, "lam": 1000.0}
+LINEAR_PARAMS = {"kernel": "linear", "n_partitions": 3, "n_strata": 4, "epochs": 3,
+                 "lam": 100.0}
+SEED = 7
+
+
+def _stored(dataset: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The dataset as the local backend sees it (features f0.. and the original labels)."""
+    df = pd.read_parquet(dataset / "data.parquet").sort_values("row_id")
+    cols = [c for c in df.columns if c.startswith("f")]
+    return df[cols].to_numpy(dtype=np.float64), df["label"].to_numpy()
+
+
+def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+
+
+@pytest.fixture(scope="module")
+def local_kernel_model(spark_dataset: Path) -> SODMClassifier:
+    X, y = _stored(spark_dataset)
+    return SODMClassifier(**KERNEL_PARAMS, random_state=SEED).fit(X, y)
+
+
+@pytest.fixture
+def small_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The working copy in 4 partitions of 100 rows: the results must not depend on it."""
+    monkeypatch.setattr("solver.spark.fit.ROWS_PER_PARTITION", 100)
+
+
+@pytest.mark.parametrize("kind", ["local", "standalone", "connect"])
+def test_kernel_sodm_matches_local_backend(kind: str, request: pytest.FixtureRequest,
+                                           spark_dataset: Path, local_kernel_model,
+                                           tmp_path: Path, small_partitions) -> None:
+    settings = request.getfixturevalue(f"{kind}_settings")
+    seen: list[tuple[float, str, dict]] = []
+    est = train_on_spark(spark_dataset, KERNEL_PARAMS, SEED,
+                         lambda f, m, r: seen.append((f, m, r)), None, f"train-{kind}",
+                         settings=settings)
+    X, y = _stored(spark_dataset)
+    f_local = local_kernel_model.decision_function(X)
+    f_spark = est.decision_function(X)
+    assert _rel_diff(f_local, f_spark) <= 1e-6
+    np.testing.assert_array_equal(est.support_, local_kernel_model.support_)
+    assert est.score(X, y) == local_kernel_model.score(X, y)
+    assert [round(f, 6) for f, _, _ in seen] == [0.5, 1.0]
+    assert [r["level"] for _, _, r in seen] == [2, 1]
+    assert est.fit_info_["backend"] == "spark"
+    path = tmp_path / "m.sodm"
+    save_model(est, path)
+    np.testing.assert_array_equal(load_model(path).decision_function(X), f_spark)
+
+
+def test_gamma_scale_close_to_local_backend(local_settings, spark_dataset: Path) -> None:
+    """gamma="scale" uses the variance of all scaled entries: the distributed sum differs from
+    ``np.var`` by rounding (~1e-16 relative), which can move the local solvers' stopping
+    points; the decision values then agree to the solver tolerance, not to 1e-6."""
+    X, y = _stored(spark_dataset)
+    params = {**KERNEL_PARAMS, "gamma": "scale"}
+    local = SODMClassifier(**params, random_state=SEED).fit(X, y)
+    est = train_on_spark(spark_dataset, params, SEED, None, None, "train-scale",
+                         settings=local_settings)
+    assert est.gamma_ == pytest.approx(local.gamma_, rel=1e-12)
+    assert _rel_diff(local.decision_function(X), est.decision_function(X)) <= 1e-4
+    assert np.mean(est.predict(X) == local.predict(X)) >= 0.995
+
+
+def test_linear_dsvrg_matches_local_backend(local_settings, spark_dataset: Path,
+                                            small_partitions) -> None:
+    X, y = _stored(spark_dataset)
+    local = SODMClassifier(**LINEAR_PARAMS, random_state=SEED).fit(X, y)
+    epochs: list[int] = []
+    est = train_on_spark(spark_dataset, LINEAR_PARAMS, SEED,
+                         lambda f, m, r: epochs.append(r["epoch"]), None, "train-linear",
+                         settings=local_settings)
+    assert _rel_diff(local.decision_function(X), est.decision_function(X)) <= 1e-6
+    assert epochs == [1, 2, 3]
+    np.testing.assert_array_equal(est.n_support_, local.n_support_)
+
+
+@pytest.mark.parametrize("kind", ["local", "connect"])
+def test_cancel_stops_spark_training(kind: str, request: pytest.FixtureRequest,
+                                     spark_dataset: Path) -> None:
+    """``should_stop`` turning true while Spark jobs run: the running work is interrupted
+    (the watcher thread) and ``FitCancelled`` is raised within seconds, no job left."""
+    settings = request.getfixturevalue(f"{kind}_settings")
+    flag = threading.Event()
+    threading.Timer(4.0, flag.set).start()
+    params = {**KERNEL_PARAMS, "n_strata": 60}  # many landmark passes: still running at 4 s
+    t0 = time.monotonic()
+    with pytest.raises(FitCancelled):
+        train_on_spark(spark_dataset, params, SEED, None, flag.is_set, f"cancel-train-{kind}",
+                       settings=settings, poll_seconds=0.2)
+    assert flag.is_set()
+    assert time.monotonic() - t0 < 60
+    if kind == "local":
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        assert sc is not None and list(sc.statusTracker().getActiveJobsIds()) == []
+
+
+def _write_sparse(directory: Path, X: np.ndarray, y: np.ndarray) -> Path:
+    """The storage contract's sparse layout (row_id, label, indices, values)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    idx = [np.flatnonzero(r).astype(np.int32) for r in X]
+    vals = [r[i] for r, i in zip(X, idx, strict=True)]
+    pq.write_table(pa.table({"row_id": pa.array(np.arange(len(y), dtype=np.int64)),
+                             "label": pa.array(y),
+                             "indices": pa.array(idx, type=pa.list_(pa.int32())),
+                             "values": pa.array(vals, type=pa.list_(pa.float64()))}),
+                   directory / "data.parquet", row_group_size=128)
+    (directory / "meta.json").write_text(json.dumps(
+        {"layout": "sparse", "n_features": int(X.shape[1]), "label_type": "int"}))
+    return directory
+
+
+def test_sparse_layout_matches_local_csr_fit(local_settings, spark_dataset: Path,
+                                             tmp_path: Path) -> None:
+    import scipy.sparse as sp
+
+    X, y = _stored(spark_dataset)
+    X = X.copy()
+    X[::3, 1] = 0.0  # real implicit zeros
+    sparse_dir = _write_sparse(tmp_path / "sparse", X, y)
+    local = SODMClassifier(**KERNEL_PARAMS, random_state=SEED).fit(sp.csr_matrix(X), y)
+    est = train_on_spark(sparse_dir, KERNEL_PARAMS, SEED, None, None, "train-sparse",
+                         settings=local_settings)
+    assert est.fit_info_["sparse_input"] is True
+    assert _rel_diff(local.decision_function(X), est.decision_function(X)) <= 1e-6
+
+
+def test_more_than_two_classes_is_refused(local_settings, spark_dataset: Path,
+                                          tmp_path: Path) -> None:
+    from tests.fixtures.spark import write_dataset
+
+    X, y = _stored(spark_dataset)
+    y3 = np.asarray(y).copy()
+    y3[:50] = 2
+    three = write_dataset(tmp_path / "three", X, y3)
+    with pytest.raises(ValueError, match="two-class"):
+        train_on_spark(three, KERNEL_PARAMS, SEED, None, None, "train-3", settings=local_settings)

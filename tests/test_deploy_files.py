@@ -1,0 +1,96 @@
+"""The Dockerfile and docker-compose.yml are checked without a Docker engine: they parse, every
+service the issue asks for exists with a healthcheck, only the API port is published, and every
+command they run exists (``sodm`` subcommands in our CLI, other programs in their own images)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+
+from app.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+# Programs that come with the third-party images the compose file uses.
+IMAGE_PROGRAMS = {"postgres": {"pg_isready"}, "redis": {"redis-server", "redis-cli"}}
+
+
+def _sodm_subcommands() -> set[str]:
+    parser = build_parser()
+    subs: set[str] = set()
+    for action in parser._actions:  # argparse has no public accessor for subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            subs.update(action.choices)
+    return subs
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _dockerfile_lines() -> list[str]:
+    return [ln.strip() for ln in (ROOT / "Dockerfile").read_text().splitlines()]
+
+
+def _check_command(argv: list[str], service: str, subs: set[str]) -> None:
+    program = argv[0]
+    if program == "sodm":
+        assert argv[1] in subs, f"{service}: `sodm {argv[1]}` is not a CLI subcommand"
+    elif program == "CMD":
+        _check_command(argv[1:], service, subs)
+    elif program == "curl":
+        assert any(a.startswith("http://127.0.0.1:8000/") for a in argv), argv
+    else:
+        assert program in IMAGE_PROGRAMS.get(service, set()), f"{service}: unknown {program}"
+
+
+def test_compose_has_every_service_with_healthchecks() -> None:
+    services = _compose()["services"]
+    assert {"api", "worker", "migrate", "postgres", "redis", "spark-connect"} <= set(services)
+    for name, svc in services.items():
+        if name != "migrate":
+            assert "healthcheck" in svc, f"{name} has no healthcheck"
+    assert services["migrate"]["command"] == ["sodm", "migrate"]
+
+
+def test_only_the_api_port_is_published() -> None:
+    services = _compose()["services"]
+    published = {name for name, svc in services.items() if svc.get("ports")}
+    assert published == {"api"}
+    assert services["api"]["ports"] == ["8000:8000"]
+
+
+def test_every_compose_command_exists() -> None:
+    subs = _sodm_subcommands()
+    for name, svc in _compose()["services"].items():
+        if "command" in svc:
+            _check_command(list(svc["command"]), name, subs)
+        if "healthcheck" in svc:
+            _check_command(list(svc["healthcheck"]["test"]), name, subs)
+
+
+def test_compose_services_use_the_real_stack_settings() -> None:
+    services = _compose()["services"]
+    for name in ("api", "worker", "migrate"):
+        env = services[name]["environment"]
+        assert env["DATABASE_URL"].startswith("postgresql")
+        assert env["CELERY_BROKER_URL"].startswith("redis://")
+    assert services["worker"]["environment"]["SODM_SPARK_REMOTE"].startswith("sc://")
+
+
+def test_dockerfile_copies_existing_paths_and_runs_cli() -> None:
+    subs = _sodm_subcommands()
+    lines = _dockerfile_lines()
+    assert lines[0].startswith("# ") or any(ln.startswith("FROM python:3.11") for ln in lines)
+    for ln in lines:
+        if ln.startswith("COPY "):
+            for src in shlex.split(ln)[1:-1]:
+                assert (ROOT / src).exists(), f"Dockerfile copies missing {src}"
+        if ln.startswith("CMD "):  # exec form (JSON) or shell form (HEALTHCHECK continuation)
+            rest = ln[len("CMD ") :]
+            argv = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+            _check_command(argv, "api", subs)
+    assert any("openjdk-17" in ln for ln in lines), "Spark needs Java 17 in the image"
