@@ -1,0 +1,63 @@
+"""How many SODM levels to use on full datasets: time, test accuracy and per-level epochs of
+``sodm_kernel`` for each ``levels`` value, next to the value ``default_levels`` picks.
+
+The benchmark protocol's RBF settings (``bench.run``'s grid winners for SODM-RBF) on the whole
+training set.  Run:
+``PYTHONPATH=. python bench/sodm_levels.py a9a --levels 1 2 4 --n-jobs 2 --cache-size 1024``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import warnings
+
+import numpy as np
+
+from bench.data import load_split
+from solver.dcd_kernel import kernel_decision
+from solver.formulation import ODMParams
+from solver.kernels import Kernel
+from solver.sodm import default_levels, sodm_kernel
+
+# dataset -> (lam, gamma * d, theta, upsilon): grid-search winners in docs/benchmarks.md
+SETTINGS: dict[str, tuple[float, float, float, float]] = {
+    "a9a": (1e4, 1.0, 0.5, 0.5),
+    "ijcnn1": (1e5, 10.0, 0.5, 0.5),
+    "phishing": (1e3, 10.0, 0.2, 0.5),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", choices=sorted(SETTINGS))
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--n-jobs", type=int, default=2)
+    ap.add_argument("--cache-size", type=float, default=1024.0)
+    a = ap.parse_args()
+    warnings.simplefilter("ignore")
+    s = load_split(a.dataset)
+    lam, gd, theta, ups = SETTINGS[a.dataset]
+    kernel = Kernel("rbf", gamma=gd / s.X_train.shape[1])
+    params = ODMParams(lam=lam, upsilon=ups, theta=theta)
+    M = len(s.y_train)
+    print(f"{a.dataset}: M={M} d={s.X_train.shape[1]} n_jobs={a.n_jobs} cache_size={a.cache_size:g}"
+          f" -> default_levels={default_levels(M, 2, a.cache_size)}", flush=True)
+    for L in a.levels:
+        t = time.perf_counter()
+        r = sodm_kernel(s.X_train, s.y_train, kernel, params, levels=L, n_jobs=a.n_jobs,
+                        cache_size=a.cache_size, tol=1e-3, random_state=0)
+        dt = time.perf_counter() - t
+        coef = s.y_train * (r.alpha[:, 0] - r.alpha[:, 1])
+        sv = coef != 0
+        f = kernel_decision(s.X_train[sv], kernel, coef[sv], Z=s.X_test)
+        acc = float(np.mean(np.where(f > 0, 1.0, -1.0) == s.y_test))
+        per = ", ".join(f"L{h['level']}: {h['n_iter']} ep {h['seconds']:.1f}s" for h in r.history)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"  levels={L}: {dt:7.1f}s acc {acc:.4f}  [{per}]  parent max RSS {rss:.0f} MB",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
