@@ -276,3 +276,39 @@ def test_active_set_newton_solves_ill_conditioned_problems_exactly():
     np.testing.assert_allclose(fast.alpha, np.c_[a[:m], a[m:]], rtol=1e-4, atol=1e-4)
     assert np.all(fast.alpha[:, 0] * fast.alpha[:, 1] == 0)
     assert kernel_kkt_violation(X, y, kernel, params, fast.alpha) <= 1e-5
+
+
+def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
+    # the ill-conditioned problem above, 30 epochs of coordinate descent, then one Newton
+    # attempt whose budget is too small to converge: it may move the iterate, but only to a
+    # feasible point with exact f = K nu and a lower dual objective
+    from solver import dcd_kernel as dk
+
+    X, y = _data(m=120, n=3, seed=12)
+    X = np.c_[X, np.ones(len(y))]
+    kernel = Kernel("poly", gamma=8.0, degree=2, coef0=1.0)
+    params = ODMParams(lam=1000.0, upsilon=0.5, theta=0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        start = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=30,
+                                  newton=False)
+    m = len(y)
+    K = kernel_matrix(kernel, X)
+    dz, db = params.diag_terms(m)
+    outcomes = set()
+    for budget in (2, 5, 20, 60):
+        alpha = start.alpha.copy()
+        f = K @ (y * (alpha[:, 0] - alpha[:, 1]))
+        store = dk._ColumnStore(X, kernel, 64 * dk._MB)
+        ok, moved = dk._active_set_newton(store, np.diag(K).copy(), y, alpha, f, dz, db,
+                                          params.theta, 1e-6, budget=budget)
+        outcomes.add((ok, moved))
+        if not moved:
+            np.testing.assert_array_equal(alpha, start.alpha)
+            continue
+        assert (alpha >= 0).all() and not np.any((alpha[:, 0] > 0) & (alpha[:, 1] > 0))
+        np.testing.assert_allclose(f, K @ (y * (alpha[:, 0] - alpha[:, 1])), atol=1e-9)
+        assert (dual_objective(y * f, alpha, params, m)
+                < dual_objective(y * K @ (y * (start.alpha[:, 0] - start.alpha[:, 1])),
+                                 start.alpha, params, m))
+    assert (False, True) in outcomes  # some budget-limited attempt kept its progress
