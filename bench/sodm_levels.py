@@ -1,8 +1,9 @@
 """How many SODM levels to use on full datasets: time, test accuracy and per-level epochs of
-``sodm_kernel`` for each ``levels`` value, next to the value ``default_levels`` picks.
+``sodm_kernel`` for each ``levels`` value, next to the value ``default_levels`` picks, and
+scikit-learn's SVC (LIBSVM) fitted in the same process as the peer (ratio ours / SVC).
 
-The benchmark protocol's RBF settings (``bench.run``'s grid winners for SODM-RBF) on the whole
-training set.  Run:
+The benchmark protocol's RBF settings (``bench.run``'s grid winners for SODM-RBF and SVC) on
+the whole training set.  Run:
 ``PYTHONPATH=. python bench/sodm_levels.py a9a --levels 1 2 4 --n-jobs 2 --cache-size 1024``.
 """
 
@@ -14,6 +15,7 @@ import time
 import warnings
 
 import numpy as np
+from sklearn.svm import SVC
 
 from bench.data import load_split
 from solver.dcd_kernel import kernel_decision
@@ -27,6 +29,12 @@ SETTINGS: dict[str, tuple[float, float, float, float]] = {
     "ijcnn1": (1e5, 10.0, 0.5, 0.5),
     "phishing": (1e3, 10.0, 0.2, 0.5),
 }
+# dataset -> (C, gamma * d) of SVC, same source
+SVC_SETTINGS: dict[str, tuple[float, float]] = {
+    "a9a": (10.0, 1.0),
+    "ijcnn1": (100.0, 10.0),
+    "phishing": (10.0, 10.0),
+}
 
 
 def main() -> None:
@@ -35,15 +43,28 @@ def main() -> None:
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--n-jobs", type=int, default=2)
     ap.add_argument("--cache-size", type=float, default=1024.0)
+    ap.add_argument("--no-svc", action="store_true", help="skip the SVC peer")
+    ap.add_argument("--lam", type=float, default=None, help="override the SODM lam")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     s = load_split(a.dataset)
     lam, gd, theta, ups = SETTINGS[a.dataset]
+    lam = lam if a.lam is None else a.lam
     kernel = Kernel("rbf", gamma=gd / s.X_train.shape[1])
     params = ODMParams(lam=lam, upsilon=ups, theta=theta)
     M = len(s.y_train)
-    print(f"{a.dataset}: M={M} d={s.X_train.shape[1]} n_jobs={a.n_jobs} cache_size={a.cache_size:g}"
-          f" -> default_levels={default_levels(M, 2, a.cache_size)}", flush=True)
+    print(f"{a.dataset}: M={M} d={s.X_train.shape[1]} n_jobs={a.n_jobs} lam={lam:g}"
+          f" cache_size={a.cache_size:g} -> default_levels={default_levels(M, 2, a.cache_size)}",
+          flush=True)
+    svc_seconds = None
+    if not a.no_svc:
+        C, svc_gd = SVC_SETTINGS[a.dataset]
+        t = time.perf_counter()
+        svc = SVC(C=C, gamma=svc_gd / s.X_train.shape[1], cache_size=a.cache_size)
+        svc.fit(s.X_train, s.y_train)
+        svc_seconds = time.perf_counter() - t
+        print(f"  SVC C={C:g}: {svc_seconds:7.1f}s acc {svc.score(s.X_test, s.y_test):.4f}",
+              flush=True)
     for L in a.levels:
         t = time.perf_counter()
         r = sodm_kernel(s.X_train, s.y_train, kernel, params, levels=L, n_jobs=a.n_jobs,
@@ -55,8 +76,9 @@ def main() -> None:
         acc = float(np.mean(np.where(f > 0, 1.0, -1.0) == s.y_test))
         per = ", ".join(f"L{h['level']}: {h['n_iter']} ep {h['seconds']:.1f}s" for h in r.history)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"  levels={L}: {dt:7.1f}s acc {acc:.4f}  [{per}]  parent max RSS {rss:.0f} MB",
-              flush=True)
+        ratio = f" ({dt / svc_seconds:.2f}x SVC)" if svc_seconds else ""
+        print(f"  levels={L}: {dt:7.1f}s{ratio} acc {acc:.4f}  [{per}]"
+              f"  parent max RSS {rss:.0f} MB", flush=True)
 
 
 if __name__ == "__main__":

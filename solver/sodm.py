@@ -31,10 +31,10 @@ timings on a shared 2-core machine are noisy to about +-50%):
   within ``cache_size``, bounded by partitions of at least 2000 rows and 10 levels (0 levels,
   the exact solver, below ``2 p * 1000`` rows); see :func:`default_levels`.  Level 1 is always
   solved, so a finer level only buys a warm start, and on full data the finer levels cost more
-  than they save: ``bench/sodm_levels.py`` (full training sets, n_jobs=2, cache_size=1024)
-  measured a9a 31 s with 1 level (the new default) against 62 s with the old default of 4
-  (test accuracy 0.8525 both), ijcnn1 124 s with 2 levels (new default) against 205 s with 4
-  (0.9691 vs 0.9694).  On the 8,000-row subsamples of ``bench/sodm_defaults.py`` accuracy did
+  than they save: ``bench/sodm_levels.py`` (full training sets, n_jobs=2, cache_size=1024,
+  2-core workstation) measured a9a 14.5 s with 1 level (this default), 15.5 s with 2 and
+  22.9 s with 4 (the earlier default; test accuracy 0.8523-0.8527), ijcnn1 31.0 s with 2
+  levels (this default) and 50.3 s with 4 (0.9691 vs 0.9694).  On the 8,000-row subsamples of ``bench/sodm_defaults.py`` accuracy did
   not depend on the number of levels either (phishing 0.9543-0.9548, a9a 0.8502-0.8506 for
   1..6 levels), while time grew with more, smaller levels.  Finer levels are still worth it
   when level 1's kernel does not fit the cache: column-cache mode recomputes kernel columns.
