@@ -34,9 +34,10 @@ timings on a shared 2-core machine are noisy to about +-50%):
   than they save: ``bench/sodm_levels.py`` (full training sets, n_jobs=2, cache_size=1024,
   2-core workstation) measured a9a 14.5 s with 1 level (this default), 15.5 s with 2 and
   22.9 s with 4 (the earlier default; test accuracy 0.8523-0.8527), ijcnn1 31.0 s with 2
-  levels (this default) and 50.3 s with 4 (0.9691 vs 0.9694).  On the 8,000-row subsamples of ``bench/sodm_defaults.py`` accuracy did
-  not depend on the number of levels either (phishing 0.9543-0.9548, a9a 0.8502-0.8506 for
-  1..6 levels), while time grew with more, smaller levels.  Finer levels are still worth it
+  levels (this default) and 50.3 s with 4 (0.9691 vs 0.9694).  On the 8,000-row
+  subsamples of ``bench/sodm_defaults.py`` accuracy did not depend on the number of levels
+  either (phishing 0.9543-0.9548, a9a 0.8502-0.8506 for 1..6 levels), while time grew with
+  more, smaller levels.  Finer levels are still worth it
   when level 1's kernel does not fit the cache: column-cache mode recomputes kernel columns.
 * ``n_strata = 50`` (the authors' setting): 1, 10, 50 and 200 strata gave the same accuracy
   (+-0.001) and 200 cost up to 2x more time (landmark selection is O(M S^2)).
