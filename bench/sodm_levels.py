@@ -10,7 +10,6 @@ the whole training set.  Run:
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 import warnings
 
@@ -18,6 +17,7 @@ import numpy as np
 from sklearn.svm import SVC
 
 from bench.data import load_split
+from bench.proc_meter import TreeMeter
 from solver.dcd_kernel import kernel_decision
 from solver.formulation import ODMParams
 from solver.kernels import Kernel
@@ -66,19 +66,20 @@ def main() -> None:
         print(f"  SVC C={C:g}: {svc_seconds:7.1f}s acc {svc.score(s.X_test, s.y_test):.4f}",
               flush=True)
     for L in a.levels:
-        t = time.perf_counter()
-        r = sodm_kernel(s.X_train, s.y_train, kernel, params, levels=L, n_jobs=a.n_jobs,
-                        cache_size=a.cache_size, tol=1e-3, random_state=0)
-        dt = time.perf_counter() - t
+        with TreeMeter() as meter:
+            t = time.perf_counter()
+            r = sodm_kernel(s.X_train, s.y_train, kernel, params, levels=L, n_jobs=a.n_jobs,
+                            cache_size=a.cache_size, tol=1e-3, random_state=0)
+            dt = time.perf_counter() - t
         coef = s.y_train * (r.alpha[:, 0] - r.alpha[:, 1])
         sv = coef != 0
         f = kernel_decision(s.X_train[sv], kernel, coef[sv], Z=s.X_test)
         acc = float(np.mean(np.where(f > 0, 1.0, -1.0) == s.y_test))
         per = ", ".join(f"L{h['level']}: {h['n_iter']} ep {h['seconds']:.1f}s" for h in r.history)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rss = meter.peak_rss / 2**20
         ratio = f" ({dt / svc_seconds:.2f}x SVC)" if svc_seconds else ""
         print(f"  levels={L}: {dt:7.1f}s{ratio} acc {acc:.4f}  [{per}]"
-              f"  parent max RSS {rss:.0f} MB", flush=True)
+              f"  peak RSS of the process tree {rss:.0f} MB", flush=True)
 
 
 if __name__ == "__main__":
