@@ -18,6 +18,12 @@ workers): the memory actually used and the work done.
     nice .venv/bin/python bench/spark_susy.py --algo rbf --max-rows 100000 --p 8 --levels 2 \\
         --out rbf.json
 
+With ``--algo linear`` the peer, Spark MLlib's ``LinearSVC`` (OWL-QN on the hinge loss,
+``regParam`` = ``--mllib-reg``, ``maxIter`` = ``--mllib-iter``), is trained afterwards on the
+same session and the same Parquet file (a ``VectorAssembler`` over ``f0..f17``); its time,
+accuracy on the same test set and the ratio SODM / MLlib are added to the output.
+``--no-mllib`` skips it.
+
 A script, not a test; it needs Java 17 and pyspark (the ``spark`` extra).
 """
 
@@ -64,6 +70,26 @@ def generate(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+def mllib_linearsvc(spark, ddir: Path, Xt: np.ndarray, yt: np.ndarray, reg: float,
+                    max_iter: int) -> dict:
+    """Spark MLlib ``LinearSVC`` on the stored Parquet; test accuracy from its coefficients."""
+    from pyspark.ml.classification import LinearSVC
+    from pyspark.ml.feature import VectorAssembler
+
+    df = spark.read.parquet(str(ddir / "data.parquet"))
+    feats = [f"f{j}" for j in range(N_FEATURES)]
+    data = VectorAssembler(inputCols=feats, outputCol="features").transform(df) \
+        .selectExpr("features", "CAST(label AS DOUBLE) AS label")
+    t0 = time.perf_counter()
+    model = LinearSVC(regParam=reg, maxIter=max_iter, standardization=True).fit(data)
+    seconds = time.perf_counter() - t0
+    w = np.asarray(model.coefficients.toArray())
+    pred = (Xt @ w + float(model.intercept) > 0).astype(np.int64)
+    return {"mllib_params": {"regParam": reg, "maxIter": max_iter, "standardization": True},
+            "mllib_seconds": round(seconds, 1),
+            "mllib_accuracy": round(float(np.mean(pred == yt)), 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--algo", choices=["linear", "rbf"], required=True)
@@ -79,6 +105,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-mllib", action="store_true", help="skip the MLlib LinearSVC peer")
+    ap.add_argument("--mllib-reg", type=float, default=1e-4, help="LinearSVC regParam")
+    ap.add_argument("--mllib-iter", type=int, default=100, help="LinearSVC maxIter")
     args = ap.parse_args()
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -121,6 +150,12 @@ def main() -> None:
                                  lambda f, m, r: (history.append(r), print(m, flush=True)),
                                  None, f"bench-susy-{args.algo}", settings=settings)
             t_train = time.perf_counter() - t0
+        peer = None
+        if args.algo == "linear" and not args.no_mllib:
+            with spark_session(settings, job_id="bench-mllib") as spark:
+                peer = mllib_linearsvc(spark, ddir, Xt, yt, args.mllib_reg, args.mllib_iter)
+            print(f"MLlib LinearSVC: {peer['mllib_seconds']} s, accuracy "
+                  f"{peer['mllib_accuracy']}", flush=True)
         stop_classic_session()
     row = {
         "dataset": "susy-like (generated)", "algo": f"SODM-{args.algo}", "rows_generated":
@@ -135,6 +170,9 @@ def main() -> None:
         "levels_or_epochs": [r.get("level", r.get("epoch")) for r in history],
         "level_seconds": [round(float(r.get("seconds", 0.0)), 1) for r in history],
     }
+    if peer is not None:
+        row.update(peer)
+        row["ratio_sodm_to_mllib"] = round(t_train / peer["mllib_seconds"], 2)
     print(json.dumps(row), flush=True)
     if args.out:
         args.out.write_text(json.dumps(row, indent=2))
