@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.estimators import _ODMBase
+from solver.estimators import _is_int, _is_real, _ODMBase, _require
 
 __all__ = ["CascadeODMClassifier", "DiPODMClassifier", "DCODMClassifier", "SVRGODMClassifier",
            "ESTIMATORS"]
@@ -22,6 +22,18 @@ class _PartitionedBaseline(_ODMBase):
     """Shared solve for the kernel baselines (they return ``SODMResult``)."""
 
     _function_name = ""
+    _int_options: tuple[str, ...] = ()  # int >= 1 options besides ``levels``
+
+    def _validate_extra_params(self) -> None:
+        _require(self.warm_start in ("rescale", "literal"), "warm_start", self.warm_start,
+                 "'rescale' or 'literal'")
+        _require(self.n_jobs is None or (_is_int(self.n_jobs) and self.n_jobs != 0), "n_jobs",
+                 self.n_jobs, "None or a non-zero int")
+        _require(self.levels is None or (_is_int(self.levels) and self.levels >= 0), "levels",
+                 self.levels, "None or int >= 0")
+        for name in self._int_options:
+            v = getattr(self, name)
+            _require(_is_int(v) and v >= 1, name, v, "int >= 1")
 
     def _algorithm_for_kernel(self) -> str:
         return self._algorithm_name
@@ -80,6 +92,7 @@ class DiPODMClassifier(CascadeODMClassifier):
 
     _algorithm_name = "dip"
     _function_name = "dip_odm"
+    _int_options = ("n_clusters",)
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
@@ -102,6 +115,7 @@ class DCODMClassifier(CascadeODMClassifier):
 
     _algorithm_name = "dc"
     _function_name = "dc_odm"
+    _int_options = ("fanout", "sample_size")
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
@@ -151,9 +165,13 @@ class SVRGODMClassifier(_ODMBase):
     coef0 = 1.0
 
     def _validate_extra_params(self) -> None:
-        if self.kernel != "linear":
-            raise ValueError(f"invalid parameter kernel={self.kernel!r}: ODM-SVRG is linear "
-                             "only ('linear')")
+        _require(self.kernel == "linear", "kernel", self.kernel, "'linear' (ODM-SVRG is a "
+                 "linear solver)")
+        for name in ("epochs", "inner_steps"):
+            v = getattr(self, name)
+            _require(v is None or (_is_int(v) and v >= 1), name, v, "None or int >= 1")
+        _require(self.step_size is None or (_is_real(self.step_size) and self.step_size > 0),
+                 "step_size", self.step_size, "None or a positive number")
 
     def _algorithm_for_kernel(self) -> str:
         return "svrg"

@@ -15,6 +15,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import SVC
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
+from solver.baseline_estimators import ESTIMATORS as BASELINE_ESTIMATORS
 from solver.estimators import build_fitted
 
 
@@ -133,6 +134,14 @@ def test_one_class_and_feature_mismatch_raise(blobs2):
         (SODMClassifier, "epochs", 0),
         (SODMClassifier, "step_size", -0.1),
         (SODMClassifier, "linear_solver", "sgd"),
+        (BASELINE_ESTIMATORS["cascade"], "warm_start", "hot"),
+        (BASELINE_ESTIMATORS["cascade"], "levels", -1),
+        (BASELINE_ESTIMATORS["dip"], "n_clusters", 0),
+        (BASELINE_ESTIMATORS["dc"], "fanout", 0),
+        (BASELINE_ESTIMATORS["dc"], "n_jobs", 0),
+        (BASELINE_ESTIMATORS["svrg"], "kernel", "rbf"),
+        (BASELINE_ESTIMATORS["svrg"], "epochs", 0),
+        (BASELINE_ESTIMATORS["svrg"], "step_size", -0.1),
     ],
 )
 def test_bad_parameters_raise_naming_the_parameter(blobs2, cls, param, value):
