@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
+from app.body_limit import BodyLimitMiddleware
 from app.config import get_settings
 from app.db import releasing
 from app.observability import MetricsMiddleware, register_collectors
@@ -32,7 +33,7 @@ _AUTHED = (400, 401, 422, 429, 500)
 ROUTER_PROBLEMS = {
     "app.routes.health": problem_responses(503),
     "app.routes.datasets": problem_responses(400, 422, 429, 500),
-    "app.routes.train": problem_responses(*_AUTHED, 404),
+    "app.routes.train": problem_responses(*_AUTHED, 404, 413),
     "app.routes.jobs": problem_responses(*_AUTHED, 404, 409),
     "app.routes.models": problem_responses(*_AUTHED, 404),
     "app.routes.predict": problem_responses(*_AUTHED, 404, 413),
@@ -56,6 +57,7 @@ def create_app() -> FastAPI:
                            allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
                            expose_headers=["Location", "Retry-After"])
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_predict_body_bytes)
     app.add_middleware(MetricsMiddleware)
     register_collectors()
     return app

@@ -1,6 +1,8 @@
 """Routes: ``/livez`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``.
 
-None of them needs a key: orchestrators and Prometheus call them.
+``/livez`` and ``/readyz`` need no key (orchestrators probe them). ``/metrics`` needs a key
+like every other route: Prometheus sends one (``authorization: {credentials: <key>}`` in the
+scrape config). Its job gauges count all tenants' jobs by state, with no ids.
 """
 
 from __future__ import annotations
@@ -9,13 +11,16 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from sqlalchemy import text
 
+from app.auth import current_tenant
 from app.config import get_settings
 from app.db import get_engine
+from app.models import Tenant
 from app.problems import ProblemError
+from app.schemas.common import problem_responses
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger("sodm.health")
@@ -85,7 +90,8 @@ def readyz() -> dict:
 
 
 @router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-def metrics() -> Response:
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
+                       **problem_responses(401, 429)})
+def metrics(_tenant: Tenant = Depends(current_tenant)) -> Response:
     """Prometheus exposition: request counts and latencies, jobs by state, queue depth."""
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

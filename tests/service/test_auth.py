@@ -14,7 +14,7 @@ from app.db import session_scope
 from app.models import ApiKey
 from app.services.apikeys import KEY_RE, revoke_key
 
-PUBLIC = {("GET", "/livez"), ("GET", "/readyz"), ("GET", "/metrics")}
+PUBLIC = {("GET", "/livez"), ("GET", "/readyz")}
 
 
 def _problem_401(r: httpx.Response) -> None:

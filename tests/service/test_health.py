@@ -48,7 +48,8 @@ def test_metrics_exposes_request_counters_and_job_gauges(api_server: str,
                                                          client: httpx.Client) -> None:
     assert client.get("/livez").status_code == 200
     assert client.get("/datasets/does-not-exist").status_code == 404
-    r = httpx.get(api_server + "/metrics")
+    assert httpx.get(api_server + "/metrics").status_code == 401  # a key, like every route
+    r = client.get("/metrics")
     assert r.status_code == 200
     text = r.text
     assert re.search(r'sodm_http_requests_total\{method="GET",route="/livez",status="200"\} '

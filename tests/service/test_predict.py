@@ -99,3 +99,60 @@ def test_bad_bodies(client, heart_model):
     _problem(client.post("/predict", json={"model_id": mid}), 422)
     ok = client.post("/predict", json={"model": "heart@1", "instances": [row]})
     assert ok.status_code == 200 and ok.json()["model_id"] == mid
+
+
+def test_body_over_the_byte_limit_is_413(start_api, tenant, heart_model):
+    """SODM_MAX_PREDICT_BODY_BYTES: a declared or a chunked body over it gets a 413 problem
+    before it is parsed; a body under it is answered as usual."""
+    import httpx
+
+    server = start_api(SODM_MAX_PREDICT_BODY_BYTES="4096")
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    row = [0.1] * 13
+    big = json.dumps({"model_id": heart_model["id"], "instances": [row] * 100}).encode()
+    assert len(big) > 4096
+    with httpx.Client(base_url=server.url, timeout=60, headers=auth) as c:
+        body = _problem(c.post("/predict", content=big,
+                               headers={"Content-Type": "application/json"}), 413, "4096")
+        assert body["type"].endswith("/body-too-large") and body["limit_bytes"] == 4096
+
+        def chunks():  # no Content-Length: the middleware counts the streamed bytes
+            for i in range(0, len(big), 1000):
+                yield big[i:i + 1000]
+
+        r = c.post("/predict", content=chunks(), headers={"Content-Type": "application/json"})
+        assert "content-length" not in r.request.headers
+        _problem(r, 413, "limit is 4096")
+        # the limit covers every JSON route, uploads excepted (they have their own)
+        _problem(c.post("/train", content=b"{" + b" " * 5000 + b"}",
+                        headers={"Content-Type": "application/json"}), 413)
+        ok = c.post("/predict", json={"model_id": heart_model["id"], "instances": [row]})
+        assert ok.status_code == 200, ok.text
+
+
+def test_loaded_models_are_cached_in_the_api_process(start_api, client, tenant, heart_model,
+                                                     stack_env):
+    """The session's API has the model loaded (earlier predictions): it keeps answering
+    when the file disappears, while a fresh API process, with nothing cached, cannot."""
+    import httpx
+
+    from app.services.storage import model_path
+
+    mid = heart_model["id"]
+    row = [0.1] * 13
+    first = client.post("/predict", json={"model_id": mid, "instances": [row]})
+    assert first.status_code == 200
+    path = model_path(mid)
+    assert str(path).startswith(stack_env["SODM_DATA_DIR"]) and path.is_file()
+    hidden = path.with_name(path.name + ".hidden")
+    path.rename(hidden)
+    try:
+        again = client.post("/predict", json={"model_id": mid, "instances": [row]})
+        assert again.status_code == 200 and again.json() == first.json()
+        fresh = start_api()
+        with httpx.Client(base_url=fresh.url, timeout=60,
+                          headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
+            _problem(c.post("/predict", json={"model_id": mid, "instances": [row]}), 404,
+                     "has no file")
+    finally:
+        hidden.rename(path)
