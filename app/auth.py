@@ -13,7 +13,7 @@ from functools import lru_cache
 from fastapi import Request
 
 from app.config import get_settings
-from app.db import get_sessionmaker
+from app.db import get_read_sessionmaker
 from app.models import Tenant
 from app.problems import ProblemError
 from app.ratelimit import TokenBuckets, retry_after_header
@@ -49,7 +49,7 @@ def current_tenant(request: Request) -> Tenant:
     """FastAPI dependency: the tenant owning a valid, unrevoked key (else 401; 429 when the
     key's rate limit is exhausted)."""
     key = bearer_key(request)
-    with get_sessionmaker()() as session:
+    with get_read_sessionmaker()() as session:
         found = resolve_key(session, key)
     if found is None:
         raise _unauthorized("the API key is unknown, malformed or revoked")

@@ -38,6 +38,15 @@ def get_sessionmaker() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 
+@lru_cache
+def get_read_sessionmaker() -> sessionmaker[Session]:
+    """Sessions for read-only work on the same pool, in autocommit mode: each SELECT is
+    its own statement, with no BEGIN before it and no ROLLBACK when the session closes
+    (two round trips fewer per request on the hot ``/predict`` and authentication path)."""
+    return sessionmaker(bind=get_engine().execution_options(isolation_level="AUTOCOMMIT"),
+                        expire_on_commit=False)
+
+
 @contextmanager
 def session_scope() -> Iterator[Session]:
     """A transaction: commit on success, roll back on error."""
@@ -58,6 +67,15 @@ async def get_session() -> AsyncIterator[Session]:
 
     Async on purpose: its teardown runs on the event loop, not on a threadpool token."""
     session = get_sessionmaker()()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+async def get_read_session() -> AsyncIterator[Session]:
+    """Like :func:`get_session`, for routes that only read (no commit possible)."""
+    session = get_read_sessionmaker()()
     try:
         yield session
     finally:

@@ -167,3 +167,55 @@ def test_grid_search_picks_best_cv_params(client, worker, heart):
     assert search["best_params"] == best["params"]
     assert all(len(r["fold_accuracy"]) == 3 for r in search["results"])
     assert {k: model["params"][k] for k in grid} == best["params"]
+
+
+def test_open_event_streams_do_not_starve_other_requests(api_server, client, tenant, heart):
+    """More open /events streams than the API's worker threads (40): each stream waits on
+    the event loop between polls, so other requests are still answered (before, every stream
+    slept on a thread and the 41st made the whole API hang)."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    from app.db import session_scope
+    from app.models import Job
+
+    with session_scope() as s:  # a job that stays RUNNING: a live lease, no worker behind it
+        job = Job(tenant_id=tenant[0], dataset_id=heart["id"], algorithm="odm",
+                  state="RUNNING", attempt=1, worker="nobody",
+                  lease_until=datetime.now(UTC) + timedelta(hours=1))
+        s.add(job)
+        s.flush()
+        job_id = job.id
+
+    async def scenario() -> tuple[int, list[int]]:
+        auth = {"Authorization": f"Bearer {tenant[1]}"}
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(base_url=api_server, headers=auth, limits=limits,
+                                     timeout=httpx.Timeout(30.0)) as c:
+            opened: list[int] = []
+
+            async def watch() -> None:
+                async with c.stream("GET", f"/jobs/{job_id}/events") as r:
+                    opened.append(r.status_code)
+                    async for _ in r.aiter_lines():
+                        pass
+
+            watchers = [asyncio.create_task(watch()) for _ in range(50)]
+            while len(opened) < 50 and not any(w.done() for w in watchers):
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # every stream has polled and gone back to waiting
+            # a sync route, so it needs a worker thread; 5 s is a liveness bound (it answers
+            # in milliseconds; with streams sleeping on threads it took 14 s)
+            r = await c.get("/datasets", timeout=5.0)
+            for w in watchers:
+                w.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+            return r.status_code, opened
+
+    try:
+        status, opened = asyncio.run(scenario())
+        assert opened == [200] * 50
+        assert status == 200
+    finally:
+        with session_scope() as s:
+            s.get(Job, job_id).state = "CANCELLED"
