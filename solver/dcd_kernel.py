@@ -38,11 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from solver import _numba_kernels as nk
 from solver.formulation import ODMParams, dual_objective
+from solver.inputs import as_generator, check_alpha0, check_X, check_y
 from solver.kernels import Kernel, kernel_diag, kernel_matrix
 
 __all__ = ["DualResult", "solve_kernel_dual", "kernel_kkt_violation", "kernel_decision"]
@@ -67,37 +67,6 @@ class DualResult:
     objective: float
     converged: bool
     stopped: bool
-
-
-def _prep_X(X):
-    if sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-        X.sort_indices()
-        return X
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
-    return X
-
-
-def _prep_y(y, m: int) -> np.ndarray:
-    y = np.asarray(y, dtype=np.float64).ravel()
-    if y.shape[0] != m:
-        raise ValueError(f"X has {m} rows but y has {y.shape[0]} entries")
-    if not np.all((y == 1.0) | (y == -1.0)):
-        raise ValueError("y must contain only -1 and +1")
-    return y
-
-
-def _prep_alpha0(alpha0, m: int) -> np.ndarray:
-    if alpha0 is None:
-        return np.zeros((m, 2))
-    a = np.array(alpha0, dtype=np.float64, copy=True, order="C")
-    if a.shape != (m, 2):
-        raise ValueError(f"alpha0 must have shape ({m}, 2), got {a.shape}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError("alpha0 must be finite")
-    return np.maximum(a, 0.0)
 
 
 def kernel_decision(X, kernel: Kernel, nu: np.ndarray, Z=None, *,
@@ -126,10 +95,10 @@ def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,
     between-level convergence test.
     """
     params.validate()
-    X = _prep_X(X)
+    X = check_X(X)
     m = X.shape[0]
-    y = _prep_y(y, m)
-    a = _prep_alpha0(alpha, m)
+    y = check_y(y, m)
+    a = check_alpha0(alpha, m)
     m_scale = m if m_scale is None else m_scale
     f = kernel_decision(X, kernel, y * (a[:, 0] - a[:, 1]))
     dz, db = params.diag_terms(m_scale)
@@ -204,16 +173,14 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
         raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
     if not cache_size > 0:
         raise ValueError(f"cache_size must be > 0 (MB), got {cache_size!r}")
-    X = _prep_X(X)
+    X = check_X(X)
     m = X.shape[0]
-    y = _prep_y(y, m)
-    alpha = _prep_alpha0(alpha0, m)
+    y = check_y(y, m)
+    alpha = check_alpha0(alpha0, m)
     m_scale = float(m if m_scale is None else m_scale)
     if not m_scale > 0:
         raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    rng = np.random.default_rng(random_state) if not isinstance(
-        random_state, np.random.RandomState) else np.random.default_rng(
-        random_state.randint(0, 2**31 - 1))
+    rng = as_generator(random_state)
     dz, db = params.diag_terms(m_scale)
     theta = float(params.theta)
     if m == 0:

@@ -18,8 +18,8 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from solver import _numba_kernels as nk
-from solver.dcd_kernel import _prep_alpha0, _prep_X, _prep_y
 from solver.formulation import ODMParams, dual_objective
+from solver.inputs import as_generator, check_alpha0, check_X, check_y
 from solver.kernels import row_sq_norms
 
 __all__ = ["LinearDualResult", "solve_linear_dual", "linear_kkt_violation"]
@@ -45,10 +45,10 @@ def _margins(X, y, w) -> np.ndarray:
 def linear_kkt_violation(X, y, params: ODMParams, alpha, m_scale: float | None = None) -> float:
     """Max projected-gradient violation of ``alpha`` for the linear ODM dual on ``(X, y)``."""
     params.validate()
-    X = _prep_X(X)
+    X = check_X(X)
     m = X.shape[0]
-    y = _prep_y(y, m)
-    a = _prep_alpha0(alpha, m)
+    y = check_y(y, m)
+    a = check_alpha0(alpha, m)
     w = np.asarray(X.T @ (y * (a[:, 0] - a[:, 1]))).ravel()
     dz, db = params.diag_terms(m if m_scale is None else m_scale)
     v = nk.violations_from_margins(_margins(X, y, w), a, dz, db, params.theta, np.empty(m))
@@ -69,16 +69,14 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
         raise ValueError(f"tol must be > 0, got {tol!r}")
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
-    X = _prep_X(X)
+    X = check_X(X)
     m, n = X.shape
-    y = _prep_y(y, m)
-    alpha = _prep_alpha0(alpha0, m)
+    y = check_y(y, m)
+    alpha = check_alpha0(alpha0, m)
     m_scale = float(m if m_scale is None else m_scale)
     if not m_scale > 0:
         raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    rng = np.random.default_rng(random_state) if not isinstance(
-        random_state, np.random.RandomState) else np.random.default_rng(
-        random_state.randint(0, 2**31 - 1))
+    rng = as_generator(random_state)
     dz, db = params.diag_terms(m_scale)
     theta = float(params.theta)
     w = np.ascontiguousarray(np.asarray(X.T @ (y * (alpha[:, 0] - alpha[:, 1]))).ravel(),

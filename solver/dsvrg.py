@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from solver.formulation import ODMParams, lipschitz_constant, primal_objective_linear
+from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import partition_members, stratified_partitions
 from solver.sodm import DEFAULT_N_STRATA, stratify
@@ -177,21 +178,6 @@ def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray
     return u + s * v, stopped
 
 
-def _prep(X, y):
-    if sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-        X.sort_indices()
-    else:
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
-    y = np.asarray(y, dtype=np.float64).ravel()
-    if y.shape[0] != X.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
-    if not np.all((y == 1.0) | (y == -1.0)):
-        raise ValueError("y must contain only -1 and +1")
-    return X, y
-
 
 def linear_partitions(X, n_partitions: int, n_strata: int, seed: int, *,
                       max_candidates: int | None = None) -> np.ndarray:
@@ -214,7 +200,7 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
                 landmark_candidates: int | None = None) -> LinearResult:
     """SODM Algorithm 2 (see the module docstring); ``y`` in {-1, +1}; returns ``w``."""
     params.validate()
-    X, y = _prep(X, y)
+    X, y = check_Xy(X, y)
     M, d = X.shape
     K = DEFAULT_PARTITIONS if n_partitions is None else int(n_partitions)
     S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)

@@ -72,6 +72,7 @@ import scipy.sparse as sp
 
 from solver.dcd_kernel import kernel_decision, solve_kernel_dual
 from solver.formulation import ODMParams, dual_gradient, dual_objective, kkt_violation_from_grad
+from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, select_landmarks
 from solver.parallel import TaskPool, resolve_n_jobs
@@ -232,21 +233,6 @@ def _val_accuracy(X, y, kernel, alpha, X_val, y_val) -> float:
     return float(np.mean(np.where(f > 0, 1.0, -1.0) == y_val))
 
 
-def _prep(X, y):
-    if sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float64)
-        X.sort_indices()
-    else:
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
-    y = np.asarray(y, dtype=np.float64).ravel()
-    if y.shape[0] != X.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} entries")
-    if not np.all((y == 1.0) | (y == -1.0)):
-        raise ValueError("y must contain only -1 and +1")
-    return X, y
-
 
 def solve_level(pool: TaskPool, X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray,
                 groups: list[np.ndarray], *, level: int, seed: int, tol: float, max_iter: int,
@@ -314,7 +300,7 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int = 2,
         raise ValueError(f"warm_start must be 'rescale' or 'literal', got {warm_start!r}")
     if not tol > 0:
         raise ValueError(f"tol must be > 0, got {tol!r}")
-    X, y = _prep(X, y)
+    X, y = check_Xy(X, y)
     M = X.shape[0]
     p = int(p)
     L = default_levels(M, p, cache_size) if levels is None else int(levels)

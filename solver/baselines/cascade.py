@@ -17,10 +17,11 @@ from collections.abc import Callable
 import numpy as np
 
 from solver.formulation import ODMParams
+from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.parallel import TaskPool
 from solver.partition import deal_partitions, level_ids, partition_members, row_keys
-from solver.sodm import SODMResult, _prep, _record, _val_accuracy, solve_level
+from solver.sodm import SODMResult, _record, _val_accuracy, solve_level
 
 __all__ = ["ca_odm", "cascade_solve"]
 
@@ -82,7 +83,7 @@ def ca_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 3,
            should_stop: Callable[[], bool] | None = None) -> SODMResult:
     """Cascade ODM over ``2**levels`` random balanced partitions; ``y`` in {-1, +1}."""
     params.validate()
-    X, y = _prep(X, y)
+    X, y = check_Xy(X, y)
     seed = 0 if random_state is None else int(random_state)
     M = X.shape[0]
     finest = deal_partitions(np.zeros(M, dtype=np.int64), row_keys(seed, M), 2 ** int(levels))

@@ -18,11 +18,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.formulation import ODMParams
+from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, landmark_candidates, select_landmarks
 from solver.parallel import TaskPool
 from solver.partition import partition_members
-from solver.sodm import SODMResult, _prep, _record, _val_accuracy, solve_level
+from solver.sodm import SODMResult, _record, _val_accuracy, solve_level
 
 __all__ = ["dc_odm", "kernel_kmeans"]
 
@@ -76,7 +77,7 @@ def dc_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 2, fanout: 
            should_stop: Callable[[], bool] | None = None) -> SODMResult:
     """DC-ODM (see the module docstring); ``y`` in {-1, +1}."""
     params.validate()
-    X, y = _prep(X, y)
+    X, y = check_Xy(X, y)
     seed = 0 if random_state is None else int(random_state)
     M = X.shape[0]
     alpha = np.zeros((M, 2))

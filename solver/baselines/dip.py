@@ -15,9 +15,10 @@ from sklearn.cluster import KMeans
 
 from solver.baselines.cascade import cascade_solve
 from solver.formulation import ODMParams
+from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import deal_partitions, row_keys
-from solver.sodm import SODMResult, _prep
+from solver.sodm import SODMResult
 
 __all__ = ["dip_odm"]
 
@@ -29,7 +30,7 @@ def dip_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 3,
             should_stop: Callable[[], bool] | None = None) -> SODMResult:
     """DiP-ODM over ``2**levels`` k-means-stratified partitions; ``y`` in {-1, +1}."""
     params.validate()
-    X, y = _prep(X, y)
+    X, y = check_Xy(X, y)
     seed = 0 if random_state is None else int(random_state)
     M = X.shape[0]
     k = max(1, min(int(n_clusters), M))

@@ -17,13 +17,13 @@ import numpy as np
 from solver.dsvrg import (
     DEFAULT_EPOCHS,
     LinearResult,
-    _prep,
     _val_accuracy,
     default_step_size,
     full_gradient,
     svrg_inner,
 )
 from solver.formulation import ODMParams, primal_objective_linear
+from solver.inputs import check_Xy
 
 __all__ = ["odm_svrg"]
 
@@ -35,7 +35,7 @@ def odm_svrg(X, y, params: ODMParams, *, epochs: int | None = None,
              should_stop: Callable[[], bool] | None = None) -> LinearResult:
     """Single-machine SVRG for the linear ODM; ``y`` in {-1, +1}; returns ``w``."""
     params.validate()
-    X, y = _prep(X, y)
+    X, y = check_Xy(X, y)
     M, d = X.shape
     E = DEFAULT_EPOCHS if epochs is None else int(epochs)
     T = 2 * M if inner_steps is None else int(inner_steps)
