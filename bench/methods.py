@@ -34,6 +34,7 @@ class Method:
     kernel: bool
     make: Callable[[dict, int, int], Any]  # (hyperparameters, seed, n_jobs) -> estimator
     max_train: int | None = None  # skip (memory budget) above this many training rows
+    spark: bool = False  # starts a Spark session (never in the warmed-up fork server)
 
 
 def _gamma(params: dict, d: int) -> float:
@@ -91,6 +92,25 @@ def _make_linearsvc(params: dict, seed: int, n_jobs: int) -> Any:
     return LinearSVC(C=float(params["C"]), random_state=seed, max_iter=5000)
 
 
+def _make_sodm_rbf_spark(params: dict, seed: int, n_jobs: int) -> Any:
+    from bench.spark_methods import SparkSODM
+
+    return SparkSODM(dict(kernel="rbf", gamma=_gamma(params, params["d"]), cache_size=CACHE_MB,
+                          **_odm_kw(params)), seed, n_jobs)
+
+
+def _make_sodm_linear_spark(params: dict, seed: int, n_jobs: int) -> Any:
+    from bench.spark_methods import SparkSODM
+
+    return SparkSODM(dict(kernel="linear", **_odm_kw(params)), seed, n_jobs)
+
+
+def _make_mllib_linearsvc(params: dict, seed: int, n_jobs: int) -> Any:
+    from bench.spark_methods import MLlibLinearSVC
+
+    return MLlibLinearSVC(float(params["C"]), n_jobs)
+
+
 METHODS: dict[str, Method] = {m.name: m for m in [
     Method("odm-rbf", "ODM (exact, RBF)", "odm-rbf", False, True,
            _make_odm_rbf("ODMClassifier"), max_train=EXACT_RBF_MAX_ROWS),
@@ -104,6 +124,12 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("sodm-linear", "SODM-linear (DSVRG)", "odm-linear", False, False, _make_sodm_linear),
     Method("odm-svrg", "ODM-SVRG", "odm-linear", False, False, _make_svrg),
     Method("linearsvc", "LinearSVC (LIBLINEAR)", "svm-linear", True, False, _make_linearsvc),
+    Method("sodm-rbf-spark", "SODM (RBF, Spark local)", "odm-rbf", False, True,
+           _make_sodm_rbf_spark, spark=True),
+    Method("sodm-linear-spark", "SODM-linear (Spark local)", "odm-linear", False, False,
+           _make_sodm_linear_spark, spark=True),
+    Method("mllib-linearsvc", "Spark MLlib LinearSVC", "svm-linear", True, False,
+           _make_mllib_linearsvc, spark=True),
 ]}
 
 # The family's reference method: the one its CV runs with.

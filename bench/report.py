@@ -191,7 +191,7 @@ def memory_lines(results: dict) -> list[str]:
     for name, ds in results["datasets"].items():
         for m, row in ds.get("methods", {}).items():
             s = row["summary"]
-            if _ok(s) and not METHODS[m].peer:
+            if _ok(s) and not METHODS[m].peer and not METHODS[m].spark:  # JVM: own rows
                 worst.append((s["peak_rss_mb_max"], s["peak_rss_mb_max"] - s["base_rss_mb"],
                               name, m))
     if not worst:

@@ -47,7 +47,8 @@ QUICK_DATASETS = ["svmguide1", "phishing"]
 BIG_ROWS = 20000
 # Run order (the table keeps METHODS' order): what the targets need first, in case of a cap.
 PRIORITY = ["svc", "sodm-rbf", "linearsvc", "odm-linear", "sodm-linear", "odm-svrg", "odm-rbf",
-            "dc-odm", "ca-odm", "dip-odm"]  # repeats default to 1 above this many training rows
+            "dc-odm", "ca-odm", "dip-odm", "sodm-linear-spark", "mllib-linearsvc",
+            "sodm-rbf-spark"]  # repeats default to 1 above this many training rows
 
 
 def machine() -> dict:

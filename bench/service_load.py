@@ -3,7 +3,8 @@ on 127.0.0.1, with a Python asyncio + httpx load generator (no wrk on this machi
 
 * /predict: ``--clients`` concurrent clients for ``--seconds`` with 1-row and 1000-row
   requests on a model with ~10,000 support vectors (SODM on 25 % of ijcnn1):
-  p50/p99 latency, requests/s, rows/s, errors;
+  p50/p99 latency, requests/s, rows/s, errors; first closed loop (saturation), then 1-row
+  requests open loop at each of ``--rates`` total requests/s (latency at a given load);
 * a burst of ``--burst`` POST /train submissions: every one answered 202, then every job
   ends SUCCEEDED with exactly one model (no lost, no duplicated job);
 * upload throughput of a ``--upload-mb`` MB LIBSVM file (POST /datasets, 201);
@@ -48,8 +49,15 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def predict_load(base: str, key: str, model_id: str, rows: list[list[float]],
-                       clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` tasks POST the same body back to back for ``seconds``."""
+                       clients: int, seconds: float, rate: float | None = None
+                       ) -> dict[str, Any]:
+    """``clients`` tasks POST the same body for ``seconds``.
+
+    ``rate=None``: closed loop, each client sends its next request as soon as the last one is
+    answered (saturation: latency = clients / throughput). ``rate`` (requests/s over all
+    clients): open loop like wrk2, client ``i`` has its requests scheduled every
+    ``clients / rate`` s (staggered), and latency counts from the *scheduled* time, so a
+    server that falls behind is charged for the wait (no coordinated omission)."""
     body = json.dumps({"model_id": model_id, "instances": rows}).encode()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     latencies: list[float] = []
@@ -59,10 +67,15 @@ async def predict_load(base: str, key: str, model_id: str, rows: list[list[float
                                  limits=limits) as c:
         start = time.perf_counter()
         stop = start + seconds
+        interval = clients / rate if rate else 0.0
 
-        async def client() -> None:
-            while time.perf_counter() < stop:
-                t0 = time.perf_counter()
+        async def client(i: int) -> None:
+            due = start + i * interval / clients
+            while (due if rate else time.perf_counter()) < stop:
+                if rate:
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                t0 = due if rate else time.perf_counter()
+                due += interval
                 try:
                     r = await c.post("/predict", content=body)
                     codes[str(r.status_code)] += 1
@@ -71,10 +84,11 @@ async def predict_load(base: str, key: str, model_id: str, rows: list[list[float
                 except httpx.HTTPError as exc:
                     codes[type(exc).__name__] += 1
 
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(i) for i in range(clients)))
         elapsed = time.perf_counter() - start
     ok = len(latencies)
-    return {"rows_per_request": len(rows), "clients": clients, "seconds": round(elapsed, 2),
+    return {"rows_per_request": len(rows), "clients": clients, "offered_rate": rate,
+            "seconds": round(elapsed, 2),
             "requests": sum(codes.values()), "errors": sum(codes.values()) - ok,
             "statuses": dict(codes), "p50_ms": round(1000 * _pct(latencies, 50), 2),
             "p99_ms": round(1000 * _pct(latencies, 99), 2),
@@ -266,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0, help="per /predict scenario")
     ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--rates", type=float, nargs="*", default=[25.0, 50.0, 100.0],
+                    help="open-loop 1-row runs at these total requests/s (after the closed loop)")
     ap.add_argument("--burst", type=int, default=100)
     ap.add_argument("--upload-mb", type=float, default=100.0)
     ap.add_argument("--to-running", type=int, default=5)
@@ -289,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
                 out["predict"] = [asyncio.run(predict_load(
                     stack.api.url, stack.key, model["id"], rows[:k].tolist(), args.clients,
                     args.seconds)) for k in (1, 1000)]
-                print(json.dumps(out["predict"]), file=sys.stderr)
+                out["predict_paced"] = [asyncio.run(predict_load(
+                    stack.api.url, stack.key, model["id"], rows[:1].tolist(), args.clients,
+                    args.seconds, rate)) for rate in args.rates]
+                print(json.dumps(out["predict"] + out["predict_paced"]), file=sys.stderr)
                 heart = upload_libsvm(c, "heart_scale")
                 out["to_running"] = time_to_running(c, heart["id"], args.to_running)
                 ids = asyncio.run(train_burst(stack.api.url, stack.key, heart["id"],

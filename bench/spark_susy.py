@@ -70,21 +70,16 @@ def generate(n_rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def mllib_linearsvc(spark, ddir: Path, Xt: np.ndarray, yt: np.ndarray, reg: float,
-                    max_iter: int) -> dict:
+def mllib_peer(spark, ddir: Path, Xt: np.ndarray, yt: np.ndarray, reg: float,
+               max_iter: int) -> dict:
     """Spark MLlib ``LinearSVC`` on the stored Parquet; test accuracy from its coefficients."""
-    from pyspark.ml.classification import LinearSVC
-    from pyspark.ml.feature import VectorAssembler
+    from bench.spark_methods import mllib_linearsvc
 
-    df = spark.read.parquet(str(ddir / "data.parquet"))
-    feats = [f"f{j}" for j in range(N_FEATURES)]
-    data = VectorAssembler(inputCols=feats, outputCol="features").transform(df) \
-        .selectExpr("features", "CAST(label AS DOUBLE) AS label")
     t0 = time.perf_counter()
-    model = LinearSVC(regParam=reg, maxIter=max_iter, standardization=True).fit(data)
+    w, b = mllib_linearsvc(spark, ddir / "data.parquet", N_FEATURES, reg, max_iter,
+                           standardization=True)
     seconds = time.perf_counter() - t0
-    w = np.asarray(model.coefficients.toArray())
-    pred = (Xt @ w + float(model.intercept) > 0).astype(np.int64)
+    pred = (Xt @ w + b > 0).astype(np.int64)
     return {"mllib_params": {"regParam": reg, "maxIter": max_iter, "standardization": True},
             "mllib_seconds": round(seconds, 1),
             "mllib_accuracy": round(float(np.mean(pred == yt)), 4)}
@@ -117,7 +112,7 @@ def main() -> None:
         [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     from app.config import Settings
     from bench.proc_meter import TreeMeter
-    from bench.spark_vs_local import write_dataset
+    from bench.spark_methods import write_dataset
     from worker.spark_backend import spark_session, stop_classic_session, train_on_spark
 
     if args.algo == "linear":
@@ -153,7 +148,7 @@ def main() -> None:
         peer = None
         if args.algo == "linear" and not args.no_mllib:
             with spark_session(settings, job_id="bench-mllib") as spark:
-                peer = mllib_linearsvc(spark, ddir, Xt, yt, args.mllib_reg, args.mllib_iter)
+                peer = mllib_peer(spark, ddir, Xt, yt, args.mllib_reg, args.mllib_iter)
             print(f"MLlib LinearSVC: {peer['mllib_seconds']} s, accuracy "
                   f"{peer['mllib_accuracy']}", flush=True)
         stop_classic_session()

@@ -41,23 +41,6 @@ def load(name: str, split: str = "") -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(X.toarray(), dtype=np.float64), np.asarray(y).astype(np.int64)
 
 
-def write_dataset(directory: Path, X: np.ndarray, y: np.ndarray,
-                  row_group_size: int = 8192) -> Path:
-    """A dense dataset in the storage layout (``row_id``, ``label``, ``f0..``; meta.json)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    directory.mkdir(parents=True, exist_ok=True)
-    cols = {"row_id": pa.array(np.arange(len(y), dtype=np.int64)), "label": pa.array(y)}
-    for j in range(X.shape[1]):
-        cols[f"f{j}"] = pa.array(X[:, j])
-    pq.write_table(pa.table(cols), directory / "data.parquet", row_group_size=row_group_size)
-    (directory / "meta.json").write_text(json.dumps(
-        {"layout": "dense", "n_features": int(X.shape[1]), "label_type": "int",
-         "n_rows": int(len(y))}))
-    return directory
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["cod-rna", "ijcnn1"])
@@ -75,6 +58,7 @@ def main() -> None:
         [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     from app.config import Settings
     from bench.proc_meter import TreeMeter
+    from bench.spark_methods import write_dataset
     from solver import SODMClassifier
     from worker.spark_backend import spark_session, stop_classic_session, train_on_spark
 

@@ -23,8 +23,8 @@ def warm_up() -> None:
     with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.simplefilter("ignore")
         for method in METHODS.values():
-            if method.name == "dip-odm":  # k-means runs OpenMP; its solver code is Ca-ODM's
-                continue
+            if method.name == "dip-odm" or method.spark:  # k-means runs OpenMP (its solver
+                continue  # code is Ca-ODM's); a JVM must not live in the fork server
             with contextlib.suppress(Exception):
                 method.make(params, 0, 1).fit(X, y).predict(X)
 

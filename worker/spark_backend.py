@@ -113,6 +113,7 @@ def _classic_session(master: str):
             SparkSession.builder.master(master)
             .appName("sodm-worker")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "8")
             .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
         )

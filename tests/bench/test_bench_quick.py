@@ -1,4 +1,5 @@
-"""The benchmark command's quick mode (CI): every method row is measured and the report renders.
+"""The benchmark command's quick mode (CI): every method row (the Spark ones on local[2]
+included) is measured and the report renders.
 
 Runs ``python -m bench.run --quick`` (svmguide1 and phishing subsampled to 1,500 training rows,
 a two-point grid per family, a tiny scaling study) into a temporary directory; about 1.5-2
@@ -38,7 +39,8 @@ def test_quick_benchmark_rows_and_report(tmp_path: Path) -> None:
     assert all(p["status"] == "ok" for rec in sc["size"].values() for p in rec["points"])
     text = doc.read_text()
     for needle in ("## Targets of issues 2 and 6", "### Table 2 (RBF kernel)", "#### phishing",
-                   "SODM (RBF)", "LinearSVC (LIBLINEAR)", "log-log slope"):
+                   "SODM (RBF)", "LinearSVC (LIBLINEAR)", "SODM (RBF, Spark local)",
+                   "Spark MLlib LinearSVC", "log-log slope"):
         assert needle in text, needle
     pngs = {p.name for p in (tmp_path / "img").glob("*.png")}
     assert {"bench-datasets.png", "bench-scaling.png"} <= pngs
