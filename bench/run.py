@@ -40,6 +40,7 @@ from bench.methods import (
     QUICK_GRIDS,
     expand,
 )
+from bench.report import docs_relative
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = ["svmguide1", "phishing", "a9a", "ijcnn1", "cod-rna", "skin_nonskin"]
@@ -178,6 +179,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.json")
     ap.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--img-dir", type=Path, default=None, help="PNGs (default: doc dir/img)")
+    ap.add_argument("--notes", type=Path, default=None,
+                    help="hand-written analysis included in the doc (default bench/notes.md)")
     ap.add_argument("--no-scaling", action="store_true", help="skip the scaling study")
     ap.add_argument("--only-scaling", action="store_true", help="run the scaling study only")
     ap.add_argument("--scaling-max-rows", type=int, default=None)
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
                                 "timeout_s": args.timeout, "cv_rows": args.cv_rows,
                                 "cv_folds": 3, "methods": methods, "datasets": datasets,
                                 "grids": QUICK_GRIDS if args.quick else GRIDS},
-                     "datasets": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+                     "datasets": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                     "json_name": docs_relative(args.out)}
     if args.out.exists() and not args.quick and args.datasets:
         # a partial rerun keeps the other datasets' rows
         old = json.loads(args.out.read_text())
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_report:
         from bench.report import write_report
 
-        write_report(results, args.doc, img_dir=args.img_dir)
+        write_report(results, args.doc, img_dir=args.img_dir, notes=args.notes)
         print(f"wrote {args.out} and {args.doc}", flush=True)
     return results
 
