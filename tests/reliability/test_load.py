@@ -5,24 +5,13 @@ burst of concurrent POST /train submissions ends with every job SUCCEEDED exactl
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
 import httpx
 
 from bench.service_load import burst_report, predict_load, train_burst
+from tests.fixtures.aio import run_async
 from tests.service.jobs_helpers import submit, wait_job
 
 CLIENTS, SECONDS, BURST = 20, 4.0, 20
-
-
-def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
-    """``asyncio.run`` on a fresh thread: the session's Playwright sync API keeps an event
-    loop running on the main thread, where ``asyncio.run`` refuses to start."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def test_concurrent_predict_and_training_burst(client: httpx.Client, api_server, tenant,

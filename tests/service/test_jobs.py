@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from tests.fixtures.aio import run_async
 from tests.service.jobs_helpers import submit, upload_as, wait_job
 
 
@@ -213,7 +214,7 @@ def test_open_event_streams_do_not_starve_other_requests(api_server, client, ten
             return r.status_code, opened
 
     try:
-        status, opened = asyncio.run(scenario())
+        status, opened = run_async(scenario())
         assert opened == [200] * 50
         assert status == 200
     finally:
