@@ -67,7 +67,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     s = get_settings()
     uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
-                workers=args.workers, proxy_headers=True)
+                workers=args.workers, proxy_headers=True,
+                timeout_keep_alive=s.keep_alive_seconds)
     return 0
 
 
@@ -192,7 +193,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # own process groups: a terminal Ctrl-C reaches only this process, which forwards it
     # once (a second SIGINT would make uvicorn and celery skip their graceful shutdown)
     api = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", host,
-                            "--port", str(port)], start_new_session=True)
+                            "--port", str(port), "--timeout-keep-alive",
+                            str(s.keep_alive_seconds)], start_new_session=True)
     worker = subprocess.Popen(worker_command(), start_new_session=True)
     children = [api, worker]
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host

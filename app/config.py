@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list,
                                                          alias="SODM_CORS_ORIGINS")
     rate_limit_per_minute: int = Field(default=600, alias="SODM_RATE_LIMIT_PER_MINUTE")
+    # idle keep-alive connections are closed after this long (uvicorn's default is 5 s):
+    # above clients' and load balancers' idle timeouts, so the server never closes a
+    # connection just as a client reuses it (the reused request then fails with a reset)
+    keep_alive_seconds: int = Field(default=75, ge=1, alias="SODM_KEEP_ALIVE_SECONDS")
     host: str = Field(default="127.0.0.1", alias="SODM_HOST")
     port: int = Field(default=8000, alias="SODM_PORT")
 
