@@ -49,20 +49,16 @@ class BodyLimitMiddleware:
         seen = 0
         started = responded = False
 
-        async def refuse() -> None:
-            nonlocal responded
-            responded = True
-            await problem_response(_too_large(self.limit, None), scope["path"])(scope, receive,
-                                                                                  send)
-
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, responded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit and not started:
                     # answer now: FastAPI turns any error while reading a body into a 400
-                    await refuse()
+                    responded = True
+                    await problem_response(_too_large(self.limit, None),
+                                           scope["path"])(scope, receive, send)
                     raise BodyTooLarge
             return message
 

@@ -72,6 +72,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def api_command(host: str, port: int) -> list[str]:
+    """The uvicorn command line of one API process (``sodm run`` and the test stack)."""
+    return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
+            str(port), "--timeout-keep-alive", str(get_settings().keep_alive_seconds)]
+
+
 def worker_command(queue: str | None = None) -> list[str]:
     q = queue or get_settings().celery_queue
     return [sys.executable, "-m", "celery", "-A", "worker.celery_app:celery_app", "worker",
@@ -192,9 +198,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     host, port = args.host or s.host, args.port or s.port
     # own process groups: a terminal Ctrl-C reaches only this process, which forwards it
     # once (a second SIGINT would make uvicorn and celery skip their graceful shutdown)
-    api = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", host,
-                            "--port", str(port), "--timeout-keep-alive",
-                            str(s.keep_alive_seconds)], start_new_session=True)
+    api = subprocess.Popen(api_command(host, port), start_new_session=True)
     worker = subprocess.Popen(worker_command(), start_new_session=True)
     children = [api, worker]
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host

@@ -3,7 +3,8 @@ on 127.0.0.1, with a Python asyncio + httpx load generator (no wrk on this machi
 
 * /predict: ``--clients`` concurrent clients for ``--seconds`` with 1-row and 1000-row
   requests on a model with ~10,000 support vectors (SODM on 25 % of ijcnn1):
-  p50/p99 latency, requests/s, rows/s, errors; first closed loop (saturation), then 1-row
+  p50/p99 latency, requests/s, rows/s, errors; first one client sending 1-row requests back
+  to back (the cost of one request), then 50 clients closed loop (saturation), then 1-row
   requests open loop at each of ``--rates`` total requests/s (latency at a given load);
 * a burst of ``--burst`` POST /train submissions: every one answered 202, then every job
   ends SUCCEEDED with exactly one model (no lost, no duplicated job);
@@ -302,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
                                 model["n_support_vectors"], "n_features": model["n_features"],
                                 "train_seconds": round(time.perf_counter() - t0, 1)}
                 print(json.dumps(out["model"]), file=sys.stderr)
+                # one client, back to back: the end-to-end cost of one request
+                out["predict_sequential"] = asyncio.run(predict_load(
+                    stack.api.url, stack.key, model["id"], rows[:1].tolist(), 1,
+                    min(args.seconds, 10.0)))
                 out["predict"] = [asyncio.run(predict_load(
                     stack.api.url, stack.key, model["id"], rows[:k].tolist(), args.clients,
                     args.seconds)) for k in (1, 1000)]

@@ -19,7 +19,6 @@ one (``bench.warm`` skips these methods), each task's JVM lives in the task's pr
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -31,19 +30,12 @@ import numpy as np
 
 def write_dataset(directory: Path, X: np.ndarray, y: np.ndarray,
                   row_group_size: int = 8192) -> Path:
-    """A dense dataset in the storage layout (``row_id``, ``label``, ``f0..``; meta.json)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """``X, y`` stored as an upload leaves them (``app.services.storage``), in row groups of
+    ``row_group_size`` rows (the Spark read splits)."""
+    from app.services.storage import write_dataset_files
 
     directory.mkdir(parents=True, exist_ok=True)
-    cols = {"row_id": pa.array(np.arange(len(y), dtype=np.int64)),
-            "label": pa.array(np.asarray(y).astype(np.int64))}
-    for j in range(X.shape[1]):
-        cols[f"f{j}"] = pa.array(np.asarray(X[:, j], dtype=np.float64))
-    pq.write_table(pa.table(cols), directory / "data.parquet", row_group_size=row_group_size)
-    (directory / "meta.json").write_text(json.dumps(
-        {"layout": "dense", "n_features": int(X.shape[1]), "label_type": "int",
-         "n_rows": int(len(y))}))
+    write_dataset_files(directory, X, y, row_group_size=row_group_size)
     return directory
 
 

@@ -167,9 +167,11 @@ def choose_layout(n_rows: int, n_features: int, nnz: int) -> str:
 
 
 def write_dataset_files(directory: Path, X: np.ndarray | sp.csr_matrix, y: np.ndarray,
-                        extra_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+                        extra_meta: dict[str, Any] | None = None,
+                        row_group_size: int | None = None) -> dict[str, Any]:
     """Write ``data.parquet`` + ``meta.json`` into ``directory`` in the contract form;
-    returns the meta dict. ``y`` holds the original labels."""
+    returns the meta dict. ``y`` holds the original labels. ``row_group_size`` (rows; default
+    pyarrow's) sets how many splits Spark reads the file as."""
     n_rows, n_features = X.shape
     y, label_type = normalize_labels(np.asarray(y))
     nnz = int(X.nnz) if sp.issparse(X) else int(np.count_nonzero(X))
@@ -192,7 +194,8 @@ def write_dataset_files(directory: Path, X: np.ndarray | sp.csr_matrix, y: np.nd
         for j in range(n_features):
             cols[f"f{j}"] = pa.array(np.ascontiguousarray(dense[:, j]))
     table = pa.table(cols)
-    pq.write_table(table, directory / DATA_FILE, compression="zstd")
+    pq.write_table(table, directory / DATA_FILE, compression="zstd",
+                   row_group_size=row_group_size)
     meta = {"layout": layout, "n_features": int(n_features), "n_rows": int(n_rows),
             "label_type": label_type, "nnz": nnz, **(extra_meta or {})}
     (directory / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
