@@ -25,8 +25,8 @@ class _PartitionedBaseline(_ODMBase):
     _int_options: tuple[str, ...] = ()  # int >= 1 options besides ``levels``
 
     def _validate_extra_params(self) -> None:
-        _require(self.warm_start in ("rescale", "literal"), "warm_start", self.warm_start,
-                 "'rescale' or 'literal'")
+        _require(self.warm_start_scaling in ("rescale", "literal"), "warm_start_scaling",
+                 self.warm_start_scaling, "'rescale' or 'literal'")
         _require(self.n_jobs is None or (_is_int(self.n_jobs) and self.n_jobs != 0), "n_jobs",
                  self.n_jobs, "None or a non-zero int")
         _require(self.levels is None or (_is_int(self.levels) and self.levels >= 0), "levels",
@@ -48,7 +48,7 @@ class _PartitionedBaseline(_ODMBase):
         fn = getattr(baselines, self._function_name)
         opt = {"levels": self.levels} if self.levels is not None else {}
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
-        res = fn(Z, y, kernel, params, warm_start=self.warm_start, n_jobs=n_jobs,
+        res = fn(Z, y, kernel, params, warm_start=self.warm_start_scaling, n_jobs=n_jobs,
                  tol=float(self.tol), max_iter=int(self.max_iter),
                  cache_size=float(self.cache_size), random_state=seed, X_val=Z_val,
                  y_val=y_val, progress=progress, should_stop=should_stop,
@@ -65,7 +65,8 @@ class CascadeODMClassifier(_PartitionedBaseline):
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
-                 theta: float = 0.2, levels: int | None = 3, warm_start: str = "rescale",
+                 theta: float = 0.2, levels: int | None = 3,
+                 warm_start_scaling: str = "rescale",
                  n_jobs: int | None = 1, tol: float = 1e-3, max_iter: int = 1000,
                  cache_size: float = 512.0, fit_intercept: bool = True, scale: bool = True,
                  random_state=None) -> None:
@@ -77,7 +78,7 @@ class CascadeODMClassifier(_PartitionedBaseline):
         self.upsilon = upsilon
         self.theta = theta
         self.levels = levels
-        self.warm_start = warm_start
+        self.warm_start_scaling = warm_start_scaling
         self.n_jobs = n_jobs
         self.tol = tol
         self.max_iter = max_iter
@@ -97,11 +98,12 @@ class DiPODMClassifier(CascadeODMClassifier):
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
                  theta: float = 0.2, levels: int | None = 3, n_clusters: int = 20,
-                 warm_start: str = "rescale", n_jobs: int | None = 1, tol: float = 1e-3,
+                 warm_start_scaling: str = "rescale", n_jobs: int | None = 1, tol: float = 1e-3,
                  max_iter: int = 1000, cache_size: float = 512.0, fit_intercept: bool = True,
                  scale: bool = True, random_state=None) -> None:
         super().__init__(kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, lam=lam,
-                         upsilon=upsilon, theta=theta, levels=levels, warm_start=warm_start,
+                         upsilon=upsilon, theta=theta, levels=levels,
+                         warm_start_scaling=warm_start_scaling,
                          n_jobs=n_jobs, tol=tol, max_iter=max_iter, cache_size=cache_size,
                          fit_intercept=fit_intercept, scale=scale, random_state=random_state)
         self.n_clusters = n_clusters
@@ -120,11 +122,13 @@ class DCODMClassifier(CascadeODMClassifier):
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
                  theta: float = 0.2, levels: int | None = 2, fanout: int = 4,
-                 sample_size: int = 2000, warm_start: str = "rescale", n_jobs: int | None = 1,
+                 sample_size: int = 2000, warm_start_scaling: str = "rescale",
+                 n_jobs: int | None = 1,
                  tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
                  fit_intercept: bool = True, scale: bool = True, random_state=None) -> None:
         super().__init__(kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, lam=lam,
-                         upsilon=upsilon, theta=theta, levels=levels, warm_start=warm_start,
+                         upsilon=upsilon, theta=theta, levels=levels,
+                         warm_start_scaling=warm_start_scaling,
                          n_jobs=n_jobs, tol=tol, max_iter=max_iter, cache_size=cache_size,
                          fit_intercept=fit_intercept, scale=scale, random_state=random_state)
         self.fanout = fanout

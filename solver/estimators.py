@@ -132,7 +132,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "p": (_pos_int(2), "int >= 2"),
     "levels": (_opt(_pos_int(0)), "None or int >= 0"),
     "n_strata": (_opt(_pos_int(1)), "None or int >= 1"),
-    "warm_start": (lambda v: v in ("rescale", "literal"), "'rescale' or 'literal'"),
+    "warm_start_scaling": (lambda v: v in ("rescale", "literal"), "'rescale' or 'literal'"),
     "final_global_solve": (_opt(_is_bool), "None or a bool"),
     "n_jobs": (_opt(lambda v: _is_int(v) and v != 0), "None or a non-zero int (-1: all cores)"),
     "epochs": (_opt(_pos_int(1)), "None or int >= 1"),
@@ -504,8 +504,10 @@ def build_fitted(est: _ODMBase, *, classes, n_features_in: int, scaler_min=None,
 class ODMClassifier(_ODMBase):
     """Exact ODM: one dual coordinate descent solve on the whole training set.
 
-    Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch); "rbf" and
-    "poly" use the kernel solver with a bounded kernel cache of ``cache_size`` MB. ``tol`` is
+    Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch), after a
+    primal Newton solve when there are at most 1000 features; "rbf" and "poly" use the kernel
+    solver with a bounded kernel cache of ``cache_size`` MB (its active-set Newton step may
+    add a float64 block of up to a quarter of that, or 8 MB). ``tol`` is
     the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
     maximum number of epochs. See the module docstring for the conventions.
     """
@@ -589,8 +591,9 @@ class SODMClassifier(_ODMBase):
     Kernels "rbf"/"poly" (and "linear" with ``linear_solver="hierarchical"``) use Algorithm 1:
     ``p**levels`` stratified partitions (``n_strata`` strata around landmarks chosen in the
     kernel's feature space), solved in parallel (``n_jobs``) and merged ``p`` at a time with
-    warm starts (``warm_start`` "rescale" or paper-"literal"); ``final_global_solve`` adds one
-    exact solve on the whole data warm-started from level 1 (true ODM optimum). Kernel
+    warm starts (``warm_start_scaling`` "rescale" or paper-"literal"; not scikit-learn's
+    boolean ``warm_start``); ``final_global_solve`` adds one exact solve on the whole data
+    warm-started from level 1 (true ODM optimum). Kernel
     "linear" uses Algorithm 2 by default (``linear_solver="dsvrg"``): distributed SVRG on the
     primal over ``n_partitions`` stratified partitions for ``epochs`` epochs with
     ``step_size`` (None: derived from the smoothness constant). ``None`` for ``levels``,
@@ -603,7 +606,7 @@ class SODMClassifier(_ODMBase):
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
                  theta: float = 0.2, p: int = 2, levels: int | None = None,
-                 n_strata: int | None = None, warm_start: str = "rescale",
+                 n_strata: int | None = None, warm_start_scaling: str = "rescale",
                  final_global_solve: bool | None = None, n_jobs: int | None = 1,
                  tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
                  fit_intercept: bool = True, scale: bool = True, random_state=None,
@@ -619,7 +622,7 @@ class SODMClassifier(_ODMBase):
         self.p = p
         self.levels = levels
         self.n_strata = n_strata
-        self.warm_start = warm_start
+        self.warm_start_scaling = warm_start_scaling
         self.final_global_solve = final_global_solve
         self.n_jobs = n_jobs
         self.tol = tol
@@ -659,7 +662,8 @@ class SODMClassifier(_ODMBase):
                 opt[name] = getattr(self, name)
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
         res = sodm_kernel(Z, y, kernel, params, p=int(self.p),
-                          warm_start=self.warm_start, n_jobs=n_jobs, tol=float(self.tol),
+                          warm_start=self.warm_start_scaling, n_jobs=n_jobs,
+                          tol=float(self.tol),
                           max_iter=int(self.max_iter), cache_size=float(self.cache_size),
                           random_state=seed, X_val=Z_val, y_val=y_val, progress=progress,
                           should_stop=should_stop, **opt)

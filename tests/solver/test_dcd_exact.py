@@ -278,6 +278,29 @@ def test_active_set_newton_solves_ill_conditioned_problems_exactly():
     assert kernel_kkt_violation(X, y, kernel, params, fast.alpha) <= 1e-5
 
 
+@pytest.mark.parametrize("cache_mb", [64.0, 0.05])
+def test_direct_newton_step_reaches_the_optimum_in_both_kernel_modes(cache_mb):
+    # a wide band (theta = 0.8) leaves few instances outside it: the face is small, so the
+    # active-set step uses exact Cholesky face solves from epoch 5, with the whole matrix
+    # (64 MB) and from X in column-cache mode (0.05 MB holds 32 of the 200 columns); both
+    # must stop at the QP optimum long before coordinate descent alone does
+    X, y = _data(m=200, n=3, seed=4)
+    kernel = Kernel("rbf", gamma=4.0)
+    params = ODMParams(lam=1e5, upsilon=0.5, theta=0.8)
+    fast = solve_kernel_dual(X, y, kernel, params, tol=1e-8, random_state=0,
+                             cache_size=cache_mb, max_iter=2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        slow = solve_kernel_dual(X, y, kernel, params, tol=1e-8, random_state=0,
+                                 cache_size=cache_mb, max_iter=2000, newton=False)
+    assert fast.converged and fast.n_iter < 20 < slow.n_iter
+    assert fast.kkt_violation <= 1e-8
+    assert kernel_kkt_violation(X, y, kernel, params, fast.alpha) <= 1e-7
+    ref_obj, _ = _reference_dual(kernel_matrix(kernel, X), y, params)
+    assert fast.objective <= ref_obj + 1e-9 * abs(ref_obj)
+    assert np.all(fast.alpha[:, 0] * fast.alpha[:, 1] == 0)
+
+
 def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
     # the ill-conditioned problem above, 30 epochs of coordinate descent, then one Newton
     # attempt whose budget is too small to converge: it may move the iterate, but only to a

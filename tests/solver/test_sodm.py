@@ -203,6 +203,22 @@ def _pool_size_in_daemon(queue) -> None:
     queue.put((pool.n_jobs, out, [str(w.message) for w in caught]))
 
 
+def _blas_threads(x: int, *, should_stop=None) -> int:
+    from threadpoolctl import threadpool_info
+
+    return min(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_task_pool_workers_share_the_cores_for_blas() -> None:
+    import os
+
+    # two workers on this machine's cores: each BLAS pool gets cpus // 2 threads (>= 1), not
+    # the full width that makes concurrent Cholesky solves oversubscribe the CPU
+    with TaskPool(2) as pool:
+        out = pool.map(_blas_threads, [((1,), {}), ((2,), {})])
+    assert out == [max(1, (os.cpu_count() or 1) // 2)] * 2
+
+
 def test_task_pool_runs_inline_in_daemonic_process() -> None:
     import multiprocessing as mp
 
