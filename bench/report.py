@@ -198,13 +198,15 @@ def memory_lines(results: dict) -> list[str]:
         return []
     worst.sort(reverse=True)
     peak, added, name, m = worst[0]
-    limit = 2 * budget + 1024
+    limit = 2 * 1.25 * budget + 1024
     over = [f"{METHODS[w[3]].label} on {w[2]} ({w[0]:.0f} MB)" for w in worst if w[0] > limit]
     return [f"Largest peak RSS of any of our fits: **{peak:.0f} MB** ({METHODS[m].label} on "
             f"{name}; {added:.0f} MB above the child's RSS before the fit). The kernel budget is "
-            f"`cache_size={budget:.0f}` MB per local solve, i.e. at most "
-            f"{2 * budget / 1024:.0f} GB of kernel values with `n_jobs=2`. Fits above that "
-            f"plus 1 GB for interpreters and data ({limit:.0f} MB): "
+            f"`cache_size={budget:.0f}` MB of kernel values per local solve plus at most a "
+            f"quarter of that for the active-set Newton step's float64 face block "
+            f"(`solver.dcd_kernel`), i.e. at most {2 * 1.25 * budget / 1024:.1f} GB with "
+            f"`n_jobs=2`. Fits above that plus 1 GB for interpreters and data "
+            f"({limit:.0f} MB): "
             + (", ".join(over) if over else "none") + ".", ""]
 
 
