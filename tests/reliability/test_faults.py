@@ -22,8 +22,9 @@ from tests.fixtures.stack import PG_PORT
 from tests.reliability.conftest import one, via
 from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, wait_job
 
-# about 3x SECONDS_ODM: long enough to be interrupted mid-fit, short enough to re-run
-MEDIUM_ODM = {**LONG_ODM, "max_iter": 1800}
+# 10x SECONDS_ODM's epochs (about 10 s on an idle 2-core machine): long
+# enough to outlast a 3 s visibility timeout by a wide margin, short enough to run once
+MEDIUM_ODM = {**LONG_ODM, "max_iter": 6000}
 
 
 def _training(client: httpx.Client, job_id: str, attempt: int = 1) -> dict:
@@ -47,17 +48,17 @@ def _wait_log(proc, pattern: str, timeout: float) -> str:
 
 
 def test_job_longer_than_visibility_timeout_runs_once(client, start_worker, guide, db):
-    """Visibility timeout 4 s (restore scan every second), a fit of several seconds and a
+    """Visibility timeout 3 s (restore scan every second), a fit of several seconds and a
     second free pool child: Redis redelivers the unacknowledged message while the job runs;
     the duplicate delivery loses the claim and exits, so the job runs exactly once."""
-    w = start_worker(concurrency=2, SODM_VISIBILITY_TIMEOUT_SECONDS="4")
+    w = start_worker(concurrency=2, SODM_VISIBILITY_TIMEOUT_SECONDS="3")
     job = submit(client, {"dataset_id": guide["id"], "algorithm": "odm", "params": MEDIUM_ODM,
                           "test_fraction": 0.2})
     done = wait_job(client, job["id"], timeout=300)
     assert done["state"] == "SUCCEEDED" and done["attempt"] == 1, done
     took = (datetime.fromisoformat(done["finished_at"])
             - datetime.fromisoformat(done["started_at"])).total_seconds()
-    assert took > 6, f"the job ran {took}s: not longer than the visibility timeout + scan"
+    assert took > 4, f"the job ran {took}s: not longer than the visibility timeout + scan"
     # the redelivered message was received and refused by the claim
     log = w.log_text()
     assert log.count(f"Task worker.tasks.train_job[{job['id']}] received") >= 2, log[-3000:]
