@@ -203,7 +203,7 @@ def memory_lines(results: dict) -> list[str]:
     return [f"Largest peak RSS of any of our fits: **{peak:.0f} MB** ({METHODS[m].label} on "
             f"{name}; {added:.0f} MB above the child's RSS before the fit). The kernel budget is "
             f"`cache_size={budget:.0f}` MB of kernel values per local solve plus at most a "
-            f"quarter of that for the active-set Newton step's float64 face block "
+            f"quarter of that for the active-set Newton step's face factor "
             f"(`solver.dcd_kernel`), i.e. at most {2 * 1.25 * budget / 1024:.1f} GB with "
             f"`n_jobs=2`. Fits above that plus 1 GB for interpreters and data "
             f"({limit:.0f} MB): "

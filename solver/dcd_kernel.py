@@ -15,11 +15,15 @@
   set) jumps to the exact optimum once the states settle; it returns a point meeting the same
   tolerance, or its last iterate made feasible when that has a lower dual objective, or
   leaves the iterate alone.  When the predicted face (instances the step solves for) is small
-  enough for a dense Cholesky of ``K_SS + D`` in a quarter of the budget, it is tried from
-  epoch 5 with exact face solves, in both kernel modes (``K_SS`` taken from the matrix or
-  computed from X).  ijcnn1, gamma = 10/22, lam = 1e5, upsilon = 0.5, one 12,500-row
-  partition: theta = 0.8 (1,775 nonzero pairs) 4.8 s instead of 3,500-odd epochs; full
-  SODM-RBF fit (n_jobs=2) 46 s -> 17 s, with the BLAS limit of ``solver.parallel``.
+  enough for a dense Cholesky of ``K_SS + D`` in a quarter of the budget (and at most
+  ``_DIRECT_MAX_FACE`` rows), it is tried from epoch 5 with direct face solves, in both kernel
+  modes (``K_SS`` taken from the matrix or computed from X): a float32 Cholesky refined in
+  float64 to the accuracy of a float64 one (:func:`_face_solve`).  ijcnn1, gamma = 10/22,
+  lam = 1e5, upsilon = 0.5, one 12,500-row partition: theta = 0.8 (1,775 nonzero pairs)
+  4.8 s instead of 3,500-odd epochs (float64 factor); full SODM-RBF fit (n_jobs=2) 46 s ->
+  17 s, with the BLAS limit of ``solver.parallel``.  The float32 factor and pre-mapped
+  buffers took a 12,500-row ijcnn1 partition at gamma = 100/22, theta = 0.2 from 9.3 s to
+  5.3-6.1 s (``bench/sodm_levels.py`` numbers in :mod:`solver.sodm`).
   Larger faces: from epoch 50 on, when the observed linear rate
   extrapolates to more than ``max(2 * epochs spent, 500)`` epochs still to go, the same step
   with preconditioned CG on the face (full-matrix mode only) is tried under a mat-vec budget.
@@ -34,8 +38,11 @@
   least recently used columns, so memory never exceeds the budget.  In that mode each epoch
   visits the instances whose columns are cached first, so a support set larger than the
   cache costs only the overflow in recomputed columns per epoch (not every column, which is
-  what LRU under a random cyclic order would give).  The Newton step's face block
-  (float64, ``|S|^2 * 8`` bytes) is on top: at most a quarter of ``cache_size`` (or 8 MB).
+  what LRU under a random cyclic order would give).  The Newton step's face memory is on top:
+  its float32 factor (``|S|^2 * 4`` bytes; plus a float64 ``K_SS`` in column-cache mode,
+  ``|S|^2 * 12`` in all), at most a quarter of ``cache_size`` (or 12 MB).
+* Kernel matrices and column slots are allocated with their pages mapped up front
+  (:mod:`solver.buffers`): first-touch page faults cost more than computing the kernel here.
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from sklearn.exceptions import ConvergenceWarning
 
 from solver import _numba_kernels as nk
+from solver import buffers
 from solver.formulation import ODMParams, dual_objective
 from solver.inputs import as_generator, check_alpha0, check_X, check_y
 from solver.kernels import Kernel, kernel_diag, kernel_matrix
@@ -65,15 +73,25 @@ _FETCH_BATCH = 128  # max kernel columns computed per BLAS call in cache mode
 _NEWTON_FIRST_EPOCH = 50
 _NEWTON_MIN_REMAINING = 500
 # ... unless the predicted face (nonzero pairs and margins outside the band) is small enough
-# for a dense float64 Cholesky of K_SS + D within _DIRECT_SHARE of the kernel budget: then
-# attempts (direct face solves, in either kernel mode) start at _DIRECT_FIRST_EPOCH and are
-# retried at twice the epoch count; faces up to _DIRECT_MIN_FACE (an 8 MB block) always qualify
+# for a dense Cholesky of K_SS + D within _DIRECT_SHARE of the kernel budget (store.face_bytes
+# per entry): then attempts (direct face solves, in either kernel mode) start at
+# _DIRECT_FIRST_EPOCH and are retried at twice the epoch count; faces up to _DIRECT_MIN_FACE
+# rows always qualify
 _DIRECT_FIRST_EPOCH = 5
 _DIRECT_SHARE = 0.25
 _DIRECT_MIN_FACE = 1000
+# ... and at most this many rows whatever the budget: an attempt on a larger, less settled
+# face costs more in Cholesky factorizations (one per state update) than the epochs it
+# saves.  ijcnn1, a 12,500-row partition, lam = 1e5, gamma = 100/22, theta = 0.2: limit
+# 8,192 -> first attempt at epoch 6 (face 8,145), five factorizations, 8.7 s; 6,000 -> epoch
+# 21, four, 6.9 s; 5,792 -> epoch 24, three, 5.3 s
+_DIRECT_MAX_FACE = 5792
 # no CG attempt while the predicted face is within this factor of the direct limit: coordinate
 # descent shrinks it there within a few epochs (a failed 14,884-row cod-rna CG attempt cost 13 s)
 _CG_FACE_FACTOR = 2.0
+# float64 iterative-refinement steps after a float32 Cholesky face solve (each costs two
+# |S|^2 passes; the error shrinks by about cond * 6e-8 per step)
+_REFINE_MAX = 8
 
 
 @dataclass
@@ -142,7 +160,7 @@ class _ColumnStore:
         else:
             n_slots = int(budget_bytes // (dtype.itemsize * m))
             self.n_slots = int(min(m, max(4, n_slots)))
-            self.cache = np.empty((self.n_slots, m), dtype=dtype)
+            self.cache = buffers.empty((self.n_slots, m), dtype=dtype)
             self.slot = np.full(m, -1, dtype=np.int64)
             self.owner = np.full(self.n_slots, -1, dtype=np.int64)
         # columns computed per BLAS call: the temporary block stays within ~1/8 of the budget
@@ -151,16 +169,23 @@ class _ColumnStore:
         self.tick = 1
         self.n_computed = m if self.full else 0
 
-    def block(self, S: np.ndarray) -> np.ndarray:
-        """``K[S][:, S]`` as a new float64 array (from the matrix, or computed from X)."""
+    @property
+    def face_bytes(self) -> int:
+        """Bytes per face entry of a direct Newton step (:func:`_face_solve`): the float32
+        factor, plus a float64 ``K_SS`` in column-cache mode."""
+        return 4 if self.full else 12
+
+    def block(self, S: np.ndarray, dtype=np.float64) -> np.ndarray:
+        """``K[S][:, S]`` as a new array of ``dtype``: copied from the matrix or computed
+        from X."""
         if self.full:
             rows = self.slot[S]
-            out = np.empty((S.size, S.size))
-            step = max(1, (1 << 22) // max(self.m, 1))  # float32 temporaries of <= 16 MB
+            out = buffers.empty((S.size, S.size), dtype=dtype)
+            step = max(1, (1 << 22) // max(self.m, 1))  # row temporaries of <= 16-32 MB
             for i in range(0, S.size, step):
                 out[i:i + step] = self.cache[rows[i:i + step]][:, S]
             return out
-        return kernel_matrix(self.kernel, self.X[S])
+        return kernel_matrix(self.kernel, self.X[S], dtype=dtype)
 
     def combine(self, S: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out = K[:, S] @ x`` (float64)."""
@@ -245,8 +270,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     n_newton = 0
     next_newton = _NEWTON_FIRST_EPOCH
     next_direct = _DIRECT_FIRST_EPOCH
-    direct_max = max(_DIRECT_MIN_FACE,
-                     int(np.sqrt(_DIRECT_SHARE * float(cache_size) * _MB / 8.0)))
+    direct_max = max(_DIRECT_MIN_FACE, min(_DIRECT_MAX_FACE, int(np.sqrt(
+        _DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes))))
     poll_state = {"t": time.monotonic(), "stop": False}
 
     def poll() -> bool:
@@ -342,6 +367,50 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
             f"(KKT violation {kkt:.3g} > tol {tol:g})", ConvergenceWarning, stacklevel=2)
     obj = dual_objective(y * f, alpha, params, m_scale)
     return DualResult(alpha, n_iter, kkt, obj, converged, stopped)
+
+
+def _face_solve(store: _ColumnStore, S: np.ndarray, D: np.ndarray, t: np.ndarray,
+                target: float) -> np.ndarray | None:
+    """Solve ``(K_SS + diag(D)) x = t``: Cholesky in float32 (about 2.7x faster than
+    float64: 0.47 s vs 1.28 s for 5,000 rows on one core here), then float64 iterative
+    refinement until the max residual is ``<= target`` or stops shrinking.  Residuals come
+    from the full matrix's rows (``K[:, S] x``, float64 accumulation: only the factor's
+    ``|S|^2 * 4`` bytes are added) or, in column-cache mode, from a float64 ``K_SS`` computed
+    from X (``|S|^2 * 12`` bytes with the factor).  The residual on the face is the KKT
+    violation there, so an unrefined solve only costs the active-set loop another step; the
+    caller accepts no point without checking it.  ``None`` when the float32 matrix is not
+    numerically positive definite (the attempt then ends; coordinate descent goes on)."""
+    buf = np.empty(store.m if store.full else S.size)
+    if store.full:
+        rows = store.slot[S]
+        A = store.block(S, np.float32)
+
+        def matvec(v: np.ndarray) -> np.ndarray:
+            return nk.rows_combination(store.cache, rows, v, buf)[S]
+    else:
+        K_SS = store.block(S)
+        A = buffers.empty(K_SS.shape, np.float32)
+        A[...] = K_SS
+        ar = np.arange(S.size, dtype=np.int64)
+
+        def matvec(v: np.ndarray) -> np.ndarray:
+            return nk.rows_combination(K_SS, ar, v, buf)
+    A[np.diag_indices_from(A)] += D.astype(np.float32)
+    try:
+        fac = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+    except LinAlgError:
+        return None
+    r = t.copy()
+    x = np.zeros(t.size)
+    best = np.inf
+    for _ in range(_REFINE_MAX):
+        x += cho_solve(fac, r.astype(np.float32), check_finite=False)
+        r = t - (matvec(x) + D * x)
+        res = float(np.abs(r).max())
+        if res <= target or not res < 0.5 * best:
+            break
+        best = res
+    return x
 
 
 def _pcg(matvec, D, pinv, t, x, target: float, max_iter: int,
@@ -452,12 +521,10 @@ def _active_set_newton(store: _ColumnStore, kdiag, y, alpha, f, dz, db, theta, t
         if left <= 1:
             break
         if S.size <= direct_max:
-            A = store.block(S)
-            A[np.diag_indices_from(A)] += D
-            x = cho_solve(cho_factor(A, lower=True, overwrite_a=True, check_finite=False), t,
-                          check_finite=False)
-            del A
-            used += 1 + int(S.size * S.size // (3 * m))
+            x = _face_solve(store, S, D, t, 1e-3 * tol)
+            if x is None:
+                break
+            used += 1 + int(S.size * S.size // (6 * m))
         elif store.full and direct_max == 0:
             rows = store.slot[S]
 

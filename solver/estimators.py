@@ -129,7 +129,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "random_state": (lambda v: v is None or _is_int(v)
                      or isinstance(v, np.random.RandomState | np.random.Generator),
                      "int, None or RandomState"),
-    "p": (_pos_int(2), "int >= 2"),
+    "p": (_opt(_pos_int(2)), "None or int >= 2"),
     "levels": (_opt(_pos_int(0)), "None or int >= 0"),
     "n_strata": (_opt(_pos_int(1)), "None or int >= 1"),
     "warm_start_scaling": (lambda v: v in ("rescale", "literal"), "'rescale' or 'literal'"),
@@ -507,7 +507,7 @@ class ODMClassifier(_ODMBase):
     Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch), after a
     primal Newton solve when there are at most 1000 features; "rbf" and "poly" use the kernel
     solver with a bounded kernel cache of ``cache_size`` MB (its active-set Newton step may
-    add a float64 block of up to a quarter of that, or 8 MB). ``tol`` is
+    add a face factor of up to a quarter of that, or 12 MB). ``tol`` is
     the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
     maximum number of epochs. See the module docstring for the conventions.
     """
@@ -596,16 +596,17 @@ class SODMClassifier(_ODMBase):
     warm-started from level 1 (true ODM optimum). Kernel
     "linear" uses Algorithm 2 by default (``linear_solver="dsvrg"``): distributed SVRG on the
     primal over ``n_partitions`` stratified partitions for ``epochs`` epochs with
-    ``step_size`` (None: derived from the smoothness constant). ``None`` for ``levels``,
-    ``n_strata``, ``final_global_solve``, ``n_partitions`` and ``epochs`` means the solver
-    module's documented default.
+    ``step_size`` (None: derived from the smoothness constant). ``None`` for ``p``,
+    ``levels``, ``n_strata``, ``final_global_solve``, ``n_partitions`` and ``epochs`` means
+    the solver module's documented default (``p``: the smallest fan-in whose level-1
+    partitions' float32 kernel fits ``cache_size``, see ``solver.sodm.default_fanin``).
     """
 
     _algorithm_name = "sodm"
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
-                 theta: float = 0.2, p: int = 2, levels: int | None = None,
+                 theta: float = 0.2, p: int | None = None, levels: int | None = None,
                  n_strata: int | None = None, warm_start_scaling: str = "rescale",
                  final_global_solve: bool | None = None, n_jobs: int | None = 1,
                  tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
@@ -661,7 +662,7 @@ class SODMClassifier(_ODMBase):
             if getattr(self, name) is not None:
                 opt[name] = getattr(self, name)
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
-        res = sodm_kernel(Z, y, kernel, params, p=int(self.p),
+        res = sodm_kernel(Z, y, kernel, params, p=None if self.p is None else int(self.p),
                           warm_start=self.warm_start_scaling, n_jobs=n_jobs,
                           tol=float(self.tol),
                           max_iter=int(self.max_iter), cache_size=float(self.cache_size),
@@ -673,7 +674,7 @@ class SODMClassifier(_ODMBase):
             from solver.partition import level_ids
 
             top = int(history[0]["level"])
-            ids = level_ids(res.partitions, int(self.p), top, int(res.last_level))
+            ids = level_ids(res.partitions, res.p, top, int(res.last_level))
             alpha = average_local_duals(alpha, ids)
         return "alpha", alpha, history, bool(res.stopped)
 

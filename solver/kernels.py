@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from solver import buffers
+
 __all__ = [
     "Kernel",
     "KERNEL_NAMES",
@@ -122,7 +124,7 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
         raise ValueError(f"A has {A.shape[1]} features but B has {B.shape[1]}")
     nA, nB = A.shape[0], B.shape[0]
     if out is None:
-        out = np.empty((nA, nB), dtype=dtype)
+        out = buffers.empty((nA, nB), dtype=dtype)
     elif out.shape != (nA, nB):
         raise ValueError(f"out has shape {out.shape}, expected {(nA, nB)}")
     if nA == 0 or nB == 0:

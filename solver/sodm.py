@@ -27,18 +27,26 @@ Defaults (chosen with ``bench/sodm_defaults.py``: svmguide1, phishing and a9a, 8
 training subsamples at most, RBF with gamma = 1/(d var X), lam = 1000, tol = 1e-3, one core;
 timings on a shared 2-core machine are noisy to about +-50%):
 
+* ``p`` (merge fan-in): the smallest ``p >= 2`` whose level-1 partitions (``M / p`` rows) have
+  a float32 kernel within ``cache_size`` (:func:`default_fanin`; the paper leaves ``p`` to the
+  user and runs ``p = 2``).  Level 1 is always solved and its concatenation is the output, so
+  its partition size sets the cost: a partition larger than the cache runs from the column
+  cache and its active face is too large for the direct Newton step.  ``bench/sodm_levels.py``
+  (full training sets, the protocol's RBF settings, n_jobs=2, cache_size=1024, 2-core
+  workstation, 2026-11-25; cod-rna p=2 measured before that day's float32 face solves):
+  cod-rna p=2 (2 levels) 89.7 s, p=4 (this default, 1 level) 25.4 s
+  and 17.1 s with 2 levels, test accuracy 0.9656 / 0.9653 / 0.9653, SVC 18.4 s and 0.9650;
+  ijcnn1 p=2 28.8 s, p=4 17.0 s (18.5 s with 2 levels), 0.9824 / 0.9817, SVC 7.2 s and
+  0.9731; a9a keeps p=2 (7.8 s with 1 level, 17.2 s with 2; SVC 39.0 s).
 * ``levels``: the fewest ``L >= 1`` whose partitions (``M / p**L`` rows) have a float32 kernel
   within ``cache_size``, bounded by partitions of at least 2000 rows and 10 levels (0 levels,
-  the exact solver, below ``2 p * 1000`` rows); see :func:`default_levels`.  Level 1 is always
-  solved, so a finer level only buys a warm start, and on full data the finer levels cost more
-  than they save: ``bench/sodm_levels.py`` (full training sets, n_jobs=2, cache_size=1024,
-  2-core workstation) measured a9a 14.5 s with 1 level (this default), 15.5 s with 2 and
-  22.9 s with 4 (the earlier default; test accuracy 0.8523-0.8527), ijcnn1 31.0 s with 2
-  levels (this default) and 50.3 s with 4 (0.9691 vs 0.9694).  On the 8,000-row
-  subsamples of ``bench/sodm_defaults.py`` accuracy did not depend on the number of levels
-  either (phishing 0.9543-0.9548, a9a 0.8502-0.8506 for 1..6 levels), while time grew with
-  more, smaller levels.  Finer levels are still worth it
-  when level 1's kernel does not fit the cache: column-cache mode recomputes kernel columns.
+  the exact solver, below ``2 p * 1000`` rows); see :func:`default_levels`.  With the default
+  ``p`` that is 1 level.  A finer level only buys a warm start for level 1: with the solver of
+  2026-11-25 it paid off on cod-rna (above) and cost time on ijcnn1 and a9a, so it is not the
+  default.  On the 8,000-row subsamples of ``bench/sodm_defaults.py`` accuracy did not depend
+  on the number of levels (phishing 0.9543-0.9548, a9a 0.8502-0.8506 for 1..6 levels).  With
+  an explicit small ``p``, finer levels are worth it when level 1's kernel does not fit the
+  cache (column-cache mode recomputes kernel columns).
 * ``n_strata = 50`` (the authors' setting): 1, 10, 50 and 200 strata gave the same accuracy
   (+-0.001) and 200 cost up to 2x more time (landmark selection is O(M S^2)).
 * ``warm_start = "rescale"``: same solutions, fewer epochs at every merged level than
@@ -88,6 +96,7 @@ __all__ = [
     "PartitionOutcome",
     "sodm_kernel",
     "solve_partition",
+    "default_fanin",
     "default_levels",
     "stratify",
     "rescale_factors",
@@ -109,6 +118,7 @@ class SODMResult:
 
     alpha: np.ndarray
     history: list[dict] = field(default_factory=list)
+    p: int = 2  # the merge fan-in used (``default_fanin`` when not given)
     stopped: bool = False
     converged_early: bool = False
     last_level: int = 0
@@ -131,6 +141,21 @@ class PartitionOutcome:
     stopped: bool
     skipped: bool
     seconds: float
+
+
+def default_fanin(n_rows: int, cache_size: float = 512.0) -> int:
+    """The smallest merge fan-in ``p >= 2`` whose level-1 partitions (``ceil(M / p)`` rows)
+    have a float32 kernel within ``cache_size`` MB.
+
+    Level 1's ``p`` partitions are always solved and their concatenation is the output, so
+    their size sets the cost: a partition whose kernel does not fit runs from the column
+    cache (kernel columns recomputed every epoch, and faces too large for the direct Newton
+    step).  cod-rna (59,535 rows, cache_size=1024, ``bench/sodm_levels.py``): p=2 gives
+    29,768-row level-1 partitions and took 89.7 s (2 levels), p=4 (this rule) 18.3 s, test
+    accuracy 0.9656 vs 0.9653; SVC 16.0 s, 0.9650.
+    """
+    fit_rows = max(1, int(math.sqrt(float(cache_size) * _MB / 4.0)))
+    return max(2, math.ceil(int(n_rows) / fit_rows))
 
 
 def default_levels(n_rows: int, p: int, cache_size: float = 512.0) -> int:
@@ -275,7 +300,7 @@ def _record(level: int, groups, outs: list[PartitionOutcome], alpha, seconds: fl
     }
 
 
-def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int = 2,
+def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None,
                 levels: int | None = None, n_strata: int | None = None,
                 warm_start: str = "rescale", final_global_solve: bool | None = None,
                 n_jobs: int | None = 1, tol: float = 1e-3, max_iter: int = 1000,
@@ -294,7 +319,7 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int = 2,
     """
     params.validate()
     kernel.validate()
-    if int(p) < 2:
+    if p is not None and int(p) < 2:
         raise ValueError(f"p must be >= 2, got {p!r}")
     if warm_start not in ("rescale", "literal"):
         raise ValueError(f"warm_start must be 'rescale' or 'literal', got {warm_start!r}")
@@ -302,7 +327,7 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int = 2,
         raise ValueError(f"tol must be > 0, got {tol!r}")
     X, y = check_Xy(X, y)
     M = X.shape[0]
-    p = int(p)
+    p = default_fanin(M, cache_size) if p is None else int(p)
     L = default_levels(M, p, cache_size) if levels is None else int(levels)
     if L < 0:
         raise ValueError(f"levels must be >= 0, got {levels!r}")
@@ -318,7 +343,7 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int = 2,
     t_start = time.perf_counter()
     alpha = np.zeros((M, 2))
     history: list[dict] = []
-    result = SODMResult(alpha=alpha, history=history)
+    result = SODMResult(alpha=alpha, history=history, p=p)
     if M == 0:
         return result
 

@@ -25,6 +25,7 @@ from app.models import TERMINAL_STATES, Dataset, Job, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.jobs import TrainRequest
 from app.services.cursors import as_utc, page, split_page
+from solver.sodm import default_fanin
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,14 @@ def check_partitions(params: dict[str, Any], n_train: int) -> None:
     if isinstance(p, int) and not isinstance(p, bool):
         checks.append(("p", p))
     if isinstance(levels, int) and not isinstance(levels, bool) and levels >= 1:
-        fanout = p if isinstance(p, int) and p >= 2 else 2  # the estimators' default p
+        if isinstance(p, int) and not isinstance(p, bool) and p >= 2:
+            fanout = p
+        else:  # the estimator's default p, from the kernel budget
+            cache = params.get("cache_size")
+            ok = isinstance(cache, int | float) and not isinstance(cache, bool) \
+                and math.isfinite(cache) and cache > 0
+            cache = float(cache) if ok else 512.0
+            fanout = default_fanin(n_train, cache)
         checks.append(("levels", fanout ** min(levels, 64)))
     if isinstance(k, int) and not isinstance(k, bool):
         checks.append(("n_partitions", k))

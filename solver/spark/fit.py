@@ -113,7 +113,8 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
         else:
             from solver.spark.kernel_sodm import sodm_kernel_spark
 
-            run = sodm_kernel_spark(base, info, kernel, odm, n_rows=n, p=int(est.p),
+            run = sodm_kernel_spark(base, info, kernel, odm, n_rows=n,
+                                    p=None if est.p is None else int(est.p),
                                     levels=est.levels, n_strata=est.n_strata,
                                     warm_start=est.warm_start_scaling,
                                     final_global_solve=est.final_global_solve,

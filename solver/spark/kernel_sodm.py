@@ -50,19 +50,19 @@ def _checkpoint(df: Any) -> Any:
 
 
 def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_rows: int,
-                      p: int, levels: int | None, n_strata: int | None, warm_start: str,
+                      p: int | None, levels: int | None, n_strata: int | None, warm_start: str,
                       final_global_solve: bool | None, tol: float, max_iter: int,
                       cache_size: float, seed: int, shrinking: bool = True,
                       convergence_test: bool = True,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> KernelRun:
     """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns)."""
-    from solver.sodm import DEFAULT_N_STRATA, default_levels
+    from solver.sodm import DEFAULT_N_STRATA, default_fanin, default_levels
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
     M = int(n_rows)
-    p = int(p)
+    p = default_fanin(M, cache_size) if p is None else int(p)
     L = default_levels(M, p, cache_size) if levels is None else int(levels)
     S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
     final = bool(final_global_solve) if final_global_solve is not None else False

@@ -301,6 +301,26 @@ def test_direct_newton_step_reaches_the_optimum_in_both_kernel_modes(cache_mb):
     assert np.all(fast.alpha[:, 0] * fast.alpha[:, 1] == 0)
 
 
+@pytest.mark.parametrize("cache_mb", [64.0, 0.05])
+def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
+    # an ill-conditioned face system (RBF Gram + 1e-4 I: condition ~1e6): the float32
+    # Cholesky alone is off by ~1e-2, the refined solution meets the target residual, from
+    # the whole matrix and in column-cache mode alike
+    from solver import dcd_kernel as dk
+
+    X, _ = _data(m=300, n=3, seed=7)
+    kernel = Kernel("rbf", gamma=1.0)
+    store = dk._ColumnStore(X, kernel, cache_mb * (1 << 20))
+    assert store.full == (cache_mb == 64.0)
+    S = np.arange(0, 300, 2, dtype=np.int64)
+    D = np.full(S.size, 1e-4)
+    t = np.random.default_rng(0).normal(size=S.size)
+    x = dk._face_solve(store, S, D, t, 1e-9)
+    A = kernel_matrix(kernel, X[S]) + np.diag(D)
+    assert np.abs(A @ x - t).max() <= 1e-9
+    np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-6, atol=1e-6 * np.abs(x).max())
+
+
 def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
     # the ill-conditioned problem above, 30 epochs of coordinate descent, then one Newton
     # attempt whose budget is too small to converge: it may move the iterate, but only to a

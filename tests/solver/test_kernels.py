@@ -95,3 +95,17 @@ def test_bad_kernel_parameters(kwargs, name):
 def test_feature_mismatch_is_an_error():
     with pytest.raises(ValueError, match="features"):
         kernel_matrix(Kernel("linear"), np.ones((3, 2)), np.ones((3, 4)))
+
+
+@pytest.mark.parametrize("shape", [(10, 7), (2048, 4096)])  # np.empty, and an mmap of 32 MB
+def test_work_buffers_are_writable_c_arrays_of_the_requested_shape(shape):
+    from solver import buffers
+
+    a = buffers.empty(shape, np.float32)
+    assert a.shape == shape and a.dtype == np.float32
+    assert a.flags.c_contiguous and a.flags.writeable
+    a[...] = 1.5
+    a[-1, -1] = 2.0
+    assert float(a.sum(dtype=np.float64)) == pytest.approx(1.5 * a.size + 0.5)
+    big = a.nbytes >= 32 << 20
+    assert (a.base is not None) == big  # the large one lives in its own mapping

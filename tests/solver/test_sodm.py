@@ -14,7 +14,7 @@ from solver.formulation import ODMParams, dual_objective
 from solver.kernels import Kernel, kernel_matrix
 from solver.parallel import TaskPool
 from solver.partition import local_seed
-from solver.sodm import default_levels, sodm_kernel
+from solver.sodm import default_fanin, default_levels, sodm_kernel
 
 KERNEL = Kernel("rbf", gamma=1.0)
 PARAMS = ODMParams(lam=100.0, upsilon=0.5, theta=0.2)
@@ -33,6 +33,34 @@ PARAMS = ODMParams(lam=100.0, upsilon=0.5, theta=0.2)
 def test_default_levels_is_the_fewest_whose_partition_kernel_fits_the_cache(
         n_rows: int, p: int, cache_mb: float, expected: int) -> None:
     assert default_levels(n_rows, p, cache_mb) == expected
+
+
+@pytest.mark.parametrize(("n_rows", "cache_mb", "expected"), [
+    (3_000, 512, 2),         # at least 2
+    (32_561, 1024, 2),       # a9a: 16,281-row halves fit 1 GB in float32 (16,384 rows do)
+    (32_561, 512, 3),        # ... not 512 MB (11,585 rows)
+    (49_990, 1024, 4),       # ijcnn1: 12,498-row quarters
+    (59_535, 1024, 4),       # cod-rna: 14,884-row quarters
+    (1_000_000, 1024, 62),   # SUSY-sized: 62 partitions of <= 16,130 rows
+])
+def test_default_fanin_is_the_smallest_whose_level_one_kernel_fits_the_cache(
+        n_rows: int, cache_mb: float, expected: int) -> None:
+    p = default_fanin(n_rows, cache_mb)
+    assert p == expected
+    fit_rows = (cache_mb * (1 << 20) / 4) ** 0.5
+    assert -(-n_rows // p) <= fit_rows
+    assert p == 2 or -(-n_rows // (p - 1)) > fit_rows
+
+
+def test_sodm_without_p_uses_the_default_fanin():
+    # a 4 MB cache holds the float32 kernel of 1,024 rows: 3,000 rows need 3 partitions
+    rng = np.random.default_rng(5)
+    X = rng.random((3000, 3))
+    y = np.where(X[:, 0] > X[:, 1], 1.0, -1.0)
+    res = sodm_kernel(X, y, KERNEL, PARAMS, levels=1, cache_size=4.0, random_state=0)
+    assert res.p == default_fanin(3000, 4.0) == 3
+    assert [h["partitions"] for h in res.history] == [3]
+    assert len(np.unique(res.partitions)) == 3
 
 
 def _load(path: Path, n_features: int) -> tuple[np.ndarray, np.ndarray]:

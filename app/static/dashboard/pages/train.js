@@ -25,7 +25,7 @@ const PARAMS = [
   ["gamma", "γ (gamma)", "scale", "Kernel width for rbf/poly: a number, or \"scale\" = 1 / (features · variance of X).", { kernels: ["rbf", "poly"], algorithms: KERNEL_ALGS, kind: "text" }],
   ["degree", "degree", 3, "Polynomial kernel degree.", { kernels: ["poly"], algorithms: KERNEL_ALGS, kind: "int", min: 1 }],
   ["coef0", "coef0", 1.0, "Polynomial kernel offset.", { kernels: ["poly"], algorithms: KERNEL_ALGS, kind: "number" }],
-  ["p", "p", 2, "Partitions merged into one at each level (SODM).", { algorithms: ["sodm"], kernels: ["rbf", "poly"], kind: "int", min: 2 }],
+  ["p", "p", "", "Partitions merged into one at each level (SODM); the last level has p partitions. Empty: the fewest whose kernels fit the kernel cache.", { algorithms: ["sodm"], kernels: ["rbf", "poly"], kind: "int", min: 2 }],
   ["levels", "levels", { sodm: "", dc: 2, "*": 3 }, "Merge levels below the global solve (more levels: more, smaller partitions). SODM: empty = chosen from the data size.", { algorithms: LEVEL_ALGS, kind: "int", min: 0 }],
   ["n_strata", "strata", "", "Strata (landmark clusters) used to draw representative partitions. Empty: automatic.", { algorithms: ["sodm"], kind: "int", min: 1 }],
   ["n_clusters", "clusters", 20, "k-means clusters that DiP-ODM spreads over the partitions.", { algorithms: ["dip"], kind: "int", min: 1 }],
