@@ -17,6 +17,8 @@ workers): the memory actually used and the work done.
     nice .venv/bin/python bench/spark_susy.py --algo linear --out linear.json
     nice .venv/bin/python bench/spark_susy.py --algo rbf --max-rows 100000 --p 8 --levels 2 \\
         --out rbf.json
+    nice .venv/bin/python bench/spark_susy.py --algo rbf --cache-size 1024 --test-rows 20000 \\
+        --out rbf-full.json   # all 1M rows: default p (62 partitions of <= 16,130 rows)
 
 With ``--algo linear`` the peer, Spark MLlib's ``LinearSVC`` (OWL-QN on the hinge loss,
 ``regParam`` = ``--mllib-reg``, ``maxIter`` = ``--mllib-iter``), is trained afterwards on the
@@ -94,7 +96,8 @@ def main() -> None:
     ap.add_argument("--test-rows", type=int, default=100_000)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--driver-memory", default="2g", help="driver JVM heap (-Xmx)")
-    ap.add_argument("--p", type=int, default=2)
+    ap.add_argument("--p", type=int, default=None,
+                    help="merge fan-in (default: solver.sodm.default_fanin from --cache-size)")
     ap.add_argument("--levels", type=int, default=None)
     ap.add_argument("--cache-size", type=float, default=512.0, help="MB per local solve")
     ap.add_argument("--epochs", type=int, default=None)
@@ -120,9 +123,10 @@ def main() -> None:
         if args.epochs is not None:
             params["epochs"] = args.epochs
     else:
-        params = {"kernel": "rbf", "lam": 1000.0, "p": args.p, "cache_size": args.cache_size}
-        if args.levels is not None:
-            params["levels"] = args.levels
+        params = {"kernel": "rbf", "lam": 1000.0, "cache_size": args.cache_size}
+        for name in ("p", "levels"):
+            if getattr(args, name) is not None:
+                params[name] = getattr(args, name)
     n_train = min(args.rows, args.max_rows or args.rows)
     t0 = time.perf_counter()
     X, y = generate(args.rows, args.seed)

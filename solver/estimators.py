@@ -132,6 +132,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "p": (_opt(_pos_int(2)), "None or int >= 2"),
     "levels": (_opt(_pos_int(0)), "None or int >= 0"),
     "n_strata": (_opt(_pos_int(1)), "None or int >= 1"),
+    "landmark_candidates": (_opt(_pos_int(1)), "None or int >= 1"),
     "warm_start_scaling": (lambda v: v in ("rescale", "literal"), "'rescale' or 'literal'"),
     "final_global_solve": (_opt(_is_bool), "None or a bool"),
     "n_jobs": (_opt(lambda v: _is_int(v) and v != 0), "None or a non-zero int (-1: all cores)"),
@@ -596,10 +597,12 @@ class SODMClassifier(_ODMBase):
     warm-started from level 1 (true ODM optimum). Kernel
     "linear" uses Algorithm 2 by default (``linear_solver="dsvrg"``): distributed SVRG on the
     primal over ``n_partitions`` stratified partitions for ``epochs`` epochs with
-    ``step_size`` (None: derived from the smoothness constant). ``None`` for ``p``,
-    ``levels``, ``n_strata``, ``final_global_solve``, ``n_partitions`` and ``epochs`` means
-    the solver module's documented default (``p``: the smallest fan-in whose level-1
-    partitions' float32 kernel fits ``cache_size``, see ``solver.sodm.default_fanin``).
+    ``step_size`` (None: derived from the smoothness constant). ``landmark_candidates``
+    bounds the rows the kernel landmarks are chosen from. ``None`` for ``p``,
+    ``levels``, ``n_strata``, ``landmark_candidates``, ``final_global_solve``,
+    ``n_partitions`` and ``epochs`` means the solver module's documented default (``p``:
+    the smallest fan-in whose level-1 partitions' float32 kernel fits ``cache_size``, see
+    ``solver.sodm.default_fanin``; ``landmark_candidates``: 20,000).
     """
 
     _algorithm_name = "sodm"
@@ -607,7 +610,8 @@ class SODMClassifier(_ODMBase):
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
                  theta: float = 0.2, p: int | None = None, levels: int | None = None,
-                 n_strata: int | None = None, warm_start_scaling: str = "rescale",
+                 n_strata: int | None = None, landmark_candidates: int | None = None,
+                 warm_start_scaling: str = "rescale",
                  final_global_solve: bool | None = None, n_jobs: int | None = 1,
                  tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
                  fit_intercept: bool = True, scale: bool = True, random_state=None,
@@ -623,6 +627,7 @@ class SODMClassifier(_ODMBase):
         self.p = p
         self.levels = levels
         self.n_strata = n_strata
+        self.landmark_candidates = landmark_candidates
         self.warm_start_scaling = warm_start_scaling
         self.final_global_solve = final_global_solve
         self.n_jobs = n_jobs
@@ -658,7 +663,7 @@ class SODMClassifier(_ODMBase):
                 bool(res.stopped)
         from solver.sodm import sodm_kernel
 
-        for name in ("levels", "final_global_solve"):
+        for name in ("levels", "final_global_solve", "landmark_candidates"):
             if getattr(self, name) is not None:
                 opt[name] = getattr(self, name)
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)

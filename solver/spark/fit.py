@@ -116,6 +116,7 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
             run = sodm_kernel_spark(base, info, kernel, odm, n_rows=n,
                                     p=None if est.p is None else int(est.p),
                                     levels=est.levels, n_strata=est.n_strata,
+                                    landmark_candidates=est.landmark_candidates,
                                     warm_start=est.warm_start_scaling,
                                     final_global_solve=est.final_global_solve,
                                     tol=float(est.tol), max_iter=int(est.max_iter),

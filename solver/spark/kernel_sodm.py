@@ -53,11 +53,16 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
                       p: int | None, levels: int | None, n_strata: int | None, warm_start: str,
                       final_global_solve: bool | None, tol: float, max_iter: int,
                       cache_size: float, seed: int, shrinking: bool = True,
-                      convergence_test: bool = True,
+                      convergence_test: bool = True, landmark_candidates: int | None = None,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> KernelRun:
     """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns)."""
-    from solver.sodm import DEFAULT_N_STRATA, default_fanin, default_levels
+    from solver.sodm import (
+        DEFAULT_LANDMARK_CANDIDATES,
+        DEFAULT_N_STRATA,
+        default_fanin,
+        default_levels,
+    )
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
@@ -69,7 +74,10 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
     t_start = time.perf_counter()
     K = p ** L
     if L > 0:
-        _, Zl = select_landmarks_spark(base, info, kernel, min(S, M), M)
+        cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
+            else int(landmark_candidates)
+        _, Zl = select_landmarks_spark(base, info, kernel, min(S, M), M, seed=seed,
+                                       max_candidates=cand)
         parts = assign_partitions_spark(base, info, kernel, Zl, K, seed)
         data = base.join(parts.select("row_id", "part"), "row_id")
     else:

@@ -1,10 +1,14 @@
 """Distributed landmarks, strata and partition dealing (SODM step 1-2) on Spark DataFrames.
 
 Reproduces ``solver.landmarks`` / ``solver.partition`` row for row without collecting the
-data:
+data (at most the landmark candidate sample):
 
-* Landmarks (pivoted incomplete Cholesky, largest residual first, ties to the lowest row
-  index, stop when the residual is ``<= 1e-10`` times the largest diagonal): ``S`` passes.
+* Landmarks among a bounded candidate sample (the default, ``solver.sodm``'s
+  ``landmark_candidates``): the candidates (``splitmix64(seed, row_id)`` below the local
+  threshold) are collected, a few MB, and the local selection runs on them in the driver.
+* Landmarks among all rows (pivoted incomplete Cholesky, largest residual first, ties to the
+  lowest row index, stop when the residual is ``<= 1e-10`` times the largest diagonal):
+  ``S`` passes.
   Pass ``s`` broadcasts the ``s`` pivots chosen so far (their rows, their Cholesky rows and
   residuals), every executor recomputes its rows' factor columns with exactly the local
   recursion ``l_t = (k(z, p_t) - l[:t].lp_t[:t]) / sqrt(r(p_t))``, ``r -= l_t^2`` (one kernel
@@ -42,11 +46,52 @@ def _dense_rows(Z) -> np.ndarray:
     return Z.toarray() if hasattr(Z, "toarray") else np.asarray(Z)
 
 
+def _candidate_landmarks(base: Any, info: DataInfo, kernel: Any, n_landmarks: int,
+                         n_rows: int, seed: int, max_candidates: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The bounded-candidate rule of ``solver.landmarks``: the rows whose
+    ``splitmix64(seed, row_id)`` key is below the threshold (about ``max_candidates`` of
+    them, a few MB) are collected in row-id order and the local greedy selection runs on
+    them in the driver: one Spark job instead of one per landmark."""
+    from solver.landmarks import select_landmarks
+    from solver.partition import key_threshold, splitmix64
+
+    thr = key_threshold(max_candidates / n_rows)
+
+    def sample(batches):
+        for pdf in batches:
+            if len(pdf) == 0:
+                continue
+            rid = pdf["row_id"].to_numpy(dtype=np.int64)
+            keep = splitmix64(seed, rid.astype(np.uint64)) < thr
+            if keep.any():
+                pdf, Z = _sorted_model_rows(pdf[keep], info)
+                yield pd.DataFrame({"row_id": pdf["row_id"].to_numpy(dtype=np.int64),
+                                    "z": list(_dense_rows(Z))})
+
+    rows = (base.select("row_id", *info.input_cols)
+            .mapInPandas(sample, "row_id long, z array<double>").collect())
+    if not rows:  # the local rule falls back to the first row
+        first = base.select("row_id", *info.input_cols).orderBy("row_id").limit(1).toPandas()
+        _, Z = _sorted_model_rows(first, info)
+        return first["row_id"].to_numpy(dtype=np.int64), _dense_rows(Z)
+    rows.sort(key=lambda r: r["row_id"])
+    rid = np.asarray([r["row_id"] for r in rows], dtype=np.int64)
+    Zc = np.vstack([np.asarray(r["z"], dtype=np.float64) for r in rows])
+    idx = select_landmarks(Zc, kernel, n_landmarks, seed, tol=LANDMARK_TOL)
+    return rid[idx], Zc[idx]
+
+
 def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: int,
-                           n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row ids (selection order) and model-space rows of up to ``n_landmarks`` landmarks."""
+                           n_rows: int, seed: int = 0, max_candidates: int | None = None
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """Row ids (selection order) and model-space rows of up to ``n_landmarks`` landmarks,
+    among all rows, or among about ``max_candidates`` sampled ones (seeded by ``seed``)."""
     from solver.kernels import kernel_diag, kernel_matrix
 
+    if max_candidates is not None and int(max_candidates) < int(n_rows):
+        return _candidate_landmarks(base, info, kernel, int(n_landmarks), int(n_rows),
+                                    int(seed), int(max_candidates))
     S = min(int(n_landmarks), int(n_rows))
     pivots_z: list[np.ndarray] = []
     pivots_l = np.zeros((S, S))

@@ -73,6 +73,24 @@ def test_kernel_sodm_matches_local_backend(kind: str, request: pytest.FixtureReq
     np.testing.assert_array_equal(load_model(path).decision_function(X), f_spark)
 
 
+def test_landmarks_from_a_candidate_sample_match_the_local_backend(
+        local_settings, spark_dataset: Path, small_partitions) -> None:
+    # about 150 of the 400 rows are landmark candidates: Spark collects that sample and
+    # selects in the driver (one job); partitions, model and decision values match the local
+    # backend, and differ from the all-rows selection (so the sample is really used)
+    params = {**KERNEL_PARAMS, "landmark_candidates": 150}
+    X, y = _stored(spark_dataset)
+    local = SODMClassifier(**params, random_state=SEED).fit(X, y)
+    est = train_on_spark(spark_dataset, params, SEED, None, None, "train-candidates",
+                         settings=local_settings)
+    f_local = local.decision_function(X)
+    assert _rel_diff(f_local, est.decision_function(X)) <= 1e-6
+    np.testing.assert_array_equal(est.support_, local.support_)
+    everyone = SODMClassifier(**{**params, "landmark_candidates": 400},
+                              random_state=SEED).fit(X, y)
+    assert _rel_diff(f_local, everyone.decision_function(X)) > 1e-6
+
+
 def test_gamma_scale_close_to_local_backend(local_settings, spark_dataset: Path) -> None:
     """gamma="scale" uses the variance of all scaled entries: the distributed sum differs from
     ``np.var`` by rounding (~1e-16 relative), which can move the local solvers' stopping
