@@ -373,7 +373,8 @@ def _face_solve(store: _ColumnStore, S: np.ndarray, D: np.ndarray, t: np.ndarray
                 target: float) -> np.ndarray | None:
     """Solve ``(K_SS + diag(D)) x = t``: Cholesky in float32 (about 2.7x faster than
     float64: 0.47 s vs 1.28 s for 5,000 rows on one core here), then float64 iterative
-    refinement until the max residual is ``<= target`` or stops shrinking.  Residuals come
+    refinement until the max residual is ``<= target`` or stops halving (the best iterate is
+    returned).  Residuals come
     from the full matrix's rows (``K[:, S] x``, float64 accumulation: only the factor's
     ``|S|^2 * 4`` bytes are added) or, in column-cache mode, from a float64 ``K_SS`` computed
     from X (``|S|^2 * 12`` bytes with the factor).  The residual on the face is the KKT
@@ -402,15 +403,18 @@ def _face_solve(store: _ColumnStore, S: np.ndarray, D: np.ndarray, t: np.ndarray
         return None
     r = t.copy()
     x = np.zeros(t.size)
-    best = np.inf
+    prev = best = np.inf
+    x_best = x
     for _ in range(_REFINE_MAX):
-        x += cho_solve(fac, r.astype(np.float32), check_finite=False)
+        x = x + cho_solve(fac, r.astype(np.float32), check_finite=False)
         r = t - (matvec(x) + D * x)
         res = float(np.abs(r).max())
-        if res <= target or not res < 0.5 * best:
+        if res < best:
+            best, x_best = res, x
+        if res <= target or not res < 0.5 * prev:
             break
-        best = res
-    return x
+        prev = res
+    return x_best
 
 
 def _pcg(matvec, D, pinv, t, x, target: float, max_iter: int,
