@@ -158,8 +158,9 @@ def default_fanin(n_rows: int, cache_size: float = 512.0) -> int:
     their size sets the cost: a partition whose kernel does not fit runs from the column
     cache (kernel columns recomputed every epoch, and faces too large for the direct Newton
     step).  cod-rna (59,535 rows, cache_size=1024, ``bench/sodm_levels.py``): p=2 gives
-    29,768-row level-1 partitions and took 89.7 s (2 levels), p=4 (this rule) 18.3 s, test
-    accuracy 0.9656 vs 0.9653; SVC 16.0 s, 0.9650.
+    29,768-row level-1 partitions and took 89.7 s (2 levels), p=4 (this rule) 25.8 s with
+    1 level and 18.3 s with 2, test accuracy 0.9656 vs 0.9653; SVC 16.0 s, 0.9650 (the
+    module docstring has the later measurements).
     """
     fit_rows = max(1, int(math.sqrt(float(cache_size) * _MB / 4.0)))
     return max(2, math.ceil(int(n_rows) / fit_rows))
