@@ -21,9 +21,8 @@
   float64 to the accuracy of a float64 one (:func:`_face_solve`).  ijcnn1, gamma = 10/22,
   lam = 1e5, upsilon = 0.5, one 12,500-row partition: theta = 0.8 (1,775 nonzero pairs)
   4.8 s instead of 3,500-odd epochs (float64 factor); full SODM-RBF fit (n_jobs=2) 46 s ->
-  17 s, with the BLAS limit of ``solver.parallel``.  The float32 factor and pre-mapped
-  buffers took a 12,500-row ijcnn1 partition at gamma = 100/22, theta = 0.2 from 9.3 s to
-  5.3-6.1 s (``bench/sodm_levels.py`` numbers in :mod:`solver.sodm`).
+  17 s, with the BLAS limit of ``solver.parallel``.  ``bench/face_solve.py`` measures the
+  pieces on one core (Cholesky in float32 vs float64, kernel allocation, the face cap).
   Larger faces: from epoch 50 on, when the observed linear rate
   extrapolates to more than ``max(2 * epochs spent, 500)`` epochs still to go, the same step
   with preconditioned CG on the face (full-matrix mode only) is tried under a mat-vec budget.
@@ -82,9 +81,9 @@ _DIRECT_SHARE = 0.25
 _DIRECT_MIN_FACE = 1000
 # ... and at most this many rows whatever the budget: an attempt on a larger, less settled
 # face costs more in Cholesky factorizations (one per state update) than the epochs it
-# saves.  ijcnn1, a 12,500-row partition, lam = 1e5, gamma = 100/22, theta = 0.2: limit
-# 8,192 -> first attempt at epoch 6 (face 8,145), five factorizations, 8.7 s; 6,000 -> epoch
-# 21, four, 6.9 s; 5,792 -> epoch 24, three, 5.3 s
+# saves.  ``bench/face_solve.py`` (a 12,500-row ijcnn1 partition, lam = 1e5, gamma = 100/22,
+# theta = 0.2, one core): cap 8,192 -> first attempt at epoch 6 (face 8,145), five
+# factorizations, 7.1 s; 6,000 -> four, 5.6 s; 5,792 -> epoch 24, three, 4.7 s
 _DIRECT_MAX_FACE = 5792
 # no CG attempt while the predicted face is within this factor of the direct limit: coordinate
 # descent shrinks it there within a few epochs (a failed 14,884-row cod-rna CG attempt cost 13 s)
@@ -371,16 +370,16 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
 
 def _face_solve(store: _ColumnStore, S: np.ndarray, D: np.ndarray, t: np.ndarray,
                 target: float) -> np.ndarray | None:
-    """Solve ``(K_SS + diag(D)) x = t``: Cholesky in float32 (about 2.7x faster than
-    float64: 0.47 s vs 1.28 s for 5,000 rows on one core here), then float64 iterative
-    refinement until the max residual is ``<= target`` or stops halving (the best iterate is
-    returned).  Residuals come
-    from the full matrix's rows (``K[:, S] x``, float64 accumulation: only the factor's
-    ``|S|^2 * 4`` bytes are added) or, in column-cache mode, from a float64 ``K_SS`` computed
-    from X (``|S|^2 * 12`` bytes with the factor).  The residual on the face is the KKT
-    violation there, so an unrefined solve only costs the active-set loop another step; the
-    caller accepts no point without checking it.  ``None`` when the float32 matrix is not
-    numerically positive definite (the attempt then ends; coordinate descent goes on)."""
+    """Solve ``(K_SS + diag(D)) x = t``: Cholesky in float32 (about 2.8x faster than
+    float64: 0.42 s vs 1.19 s for 5,000 rows on one core, ``bench/face_solve.py``), then
+    float64 iterative refinement until the max residual is ``<= target`` or stops halving
+    (the best iterate is returned).  Residuals come from the full matrix's rows
+    (``K[:, S] x``, float64 accumulation: only the factor's ``|S|^2 * 4`` bytes are added)
+    or, in column-cache mode, from a float64 ``K_SS`` computed from X (``|S|^2 * 12`` bytes
+    with the factor).  The residual on the face is the KKT violation there, so an unrefined
+    solve only costs the active-set loop another step; the caller accepts no point without
+    checking it.  ``None`` when the float32 matrix is not numerically positive definite (the
+    attempt then ends; coordinate descent goes on)."""
     buf = np.empty(store.m if store.full else S.size)
     if store.full:
         rows = store.slot[S]

@@ -24,9 +24,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.kernels import Kernel, kernel_diag, kernel_matrix
-from solver.partition import key_threshold, row_keys
+from solver.partition import key_threshold, splitmix64
 
-__all__ = ["select_landmarks", "assign_strata", "landmark_candidates"]
+__all__ = ["select_landmarks", "assign_strata", "landmark_candidates", "is_candidate"]
 
 _BLOCK_ELEMS = 1 << 22
 
@@ -35,12 +35,21 @@ def _rows(X, idx):
     return X[idx] if sp.issparse(X) else np.asarray(X)[idx]
 
 
-def landmark_candidates(n_rows: int, seed: int, max_candidates: int | None) -> np.ndarray:
-    """Candidate row indices (sorted): all rows, or the key-threshold sample."""
+def is_candidate(row_ids, n_rows: int, seed: int, max_candidates: int | None) -> np.ndarray:
+    """Whether each row index is a landmark candidate: every row, or those whose
+    ``splitmix64(seed, i)`` key is below ``key_threshold(max_candidates / n_rows)`` (the rule
+    a distributed engine applies to its row ids)."""
+    row_ids = np.asarray(row_ids)
     if max_candidates is None or max_candidates >= n_rows:
-        return np.arange(n_rows, dtype=np.int64)
-    thr = key_threshold(max_candidates / n_rows)
-    cand = np.flatnonzero(row_keys(seed, n_rows) < thr).astype(np.int64)
+        return np.ones(row_ids.shape, dtype=bool)
+    return splitmix64(seed, row_ids) < key_threshold(max_candidates / n_rows)
+
+
+def landmark_candidates(n_rows: int, seed: int, max_candidates: int | None) -> np.ndarray:
+    """Candidate row indices (sorted): all rows, or the key-threshold sample (row 0 when the
+    sample is empty)."""
+    cand = np.flatnonzero(is_candidate(np.arange(n_rows, dtype=np.uint64), n_rows, seed,
+                                       max_candidates)).astype(np.int64)
     return cand if cand.size else np.arange(min(n_rows, 1), dtype=np.int64)
 
 

@@ -102,6 +102,7 @@ __all__ = [
     "solve_partition",
     "default_fanin",
     "default_levels",
+    "resolve_structure",
     "stratify",
     "rescale_factors",
     "warm_start_violation",
@@ -164,6 +165,35 @@ def default_fanin(n_rows: int, cache_size: float = 512.0) -> int:
     """
     fit_rows = max(1, int(math.sqrt(float(cache_size) * _MB / 4.0)))
     return max(2, math.ceil(int(n_rows) / fit_rows))
+
+
+@dataclass(frozen=True)
+class Structure:
+    """SODM's shape with the documented defaults filled in (the Spark backend resolves the
+    same values, so both backends build the same partitions)."""
+
+    p: int
+    levels: int
+    n_strata: int
+    landmark_candidates: int
+    final_global_solve: bool
+
+
+def resolve_structure(n_rows: int, cache_size: float, *, p: int | None,
+                      levels: int | None, n_strata: int | None,
+                      landmark_candidates: int | None,
+                      final_global_solve: bool | None) -> Structure:
+    """``None`` -> :func:`default_fanin`, :func:`default_levels`, ``DEFAULT_N_STRATA``,
+    ``DEFAULT_LANDMARK_CANDIDATES`` and no final global solve."""
+    fanin = default_fanin(n_rows, cache_size) if p is None else int(p)
+    return Structure(
+        p=fanin,
+        levels=default_levels(n_rows, fanin, cache_size) if levels is None else int(levels),
+        n_strata=DEFAULT_N_STRATA if n_strata is None else int(n_strata),
+        landmark_candidates=(DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None
+                             else int(landmark_candidates)),
+        final_global_solve=bool(final_global_solve) if final_global_solve is not None
+        else False)
 
 
 def default_levels(n_rows: int, p: int, cache_size: float = 512.0) -> int:
@@ -337,14 +367,14 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
         raise ValueError(f"tol must be > 0, got {tol!r}")
     X, y = check_Xy(X, y)
     M = X.shape[0]
-    p = default_fanin(M, cache_size) if p is None else int(p)
-    L = default_levels(M, p, cache_size) if levels is None else int(levels)
+    shape = resolve_structure(M, cache_size, p=p, levels=levels, n_strata=n_strata,
+                              landmark_candidates=landmark_candidates,
+                              final_global_solve=final_global_solve)
+    p, L, S, final = shape.p, shape.levels, shape.n_strata, shape.final_global_solve
     if L < 0:
         raise ValueError(f"levels must be >= 0, got {levels!r}")
-    S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
     if S < 1:
         raise ValueError(f"n_strata must be >= 1, got {n_strata!r}")
-    final = bool(final_global_solve) if final_global_solve is not None else False
     seed = 0 if random_state is None else int(random_state)
     have_val = X_val is not None and y_val is not None
     if have_val:
@@ -359,9 +389,8 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
 
     K = p ** L
     if L > 0:
-        cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
-            else int(landmark_candidates)
-        lm, strata = stratify(X, kernel, min(S, M), seed, max_candidates=cand)
+        lm, strata = stratify(X, kernel, min(S, M), seed,
+                              max_candidates=shape.landmark_candidates)
         finest = stratified_partitions(strata, K, seed)
         result.landmarks, result.strata, result.partitions = lm, strata, finest
     else:

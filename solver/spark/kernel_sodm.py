@@ -57,27 +57,20 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> KernelRun:
     """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns)."""
-    from solver.sodm import (
-        DEFAULT_LANDMARK_CANDIDATES,
-        DEFAULT_N_STRATA,
-        default_fanin,
-        default_levels,
-    )
+    from solver.sodm import resolve_structure
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
     M = int(n_rows)
-    p = default_fanin(M, cache_size) if p is None else int(p)
-    L = default_levels(M, p, cache_size) if levels is None else int(levels)
-    S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
-    final = bool(final_global_solve) if final_global_solve is not None else False
+    shape = resolve_structure(M, cache_size, p=p, levels=levels, n_strata=n_strata,
+                              landmark_candidates=landmark_candidates,
+                              final_global_solve=final_global_solve)
+    p, L, S, final = shape.p, shape.levels, shape.n_strata, shape.final_global_solve
     t_start = time.perf_counter()
     K = p ** L
     if L > 0:
-        cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
-            else int(landmark_candidates)
         _, Zl = select_landmarks_spark(base, info, kernel, min(S, M), M, seed=seed,
-                                       max_candidates=cand)
+                                       max_candidates=shape.landmark_candidates)
         parts = assign_partitions_spark(base, info, kernel, Zl, K, seed)
         data = base.join(parts.select("row_id", "part"), "row_id")
     else:

@@ -53,17 +53,14 @@ def _candidate_landmarks(base: Any, info: DataInfo, kernel: Any, n_landmarks: in
     ``splitmix64(seed, row_id)`` key is below the threshold (about ``max_candidates`` of
     them, a few MB) are collected in row-id order and the local greedy selection runs on
     them in the driver: one Spark job instead of one per landmark."""
-    from solver.landmarks import select_landmarks
-    from solver.partition import key_threshold, splitmix64
-
-    thr = key_threshold(max_candidates / n_rows)
+    from solver.landmarks import is_candidate, select_landmarks
 
     def sample(batches):
         for pdf in batches:
             if len(pdf) == 0:
                 continue
             rid = pdf["row_id"].to_numpy(dtype=np.int64)
-            keep = splitmix64(seed, rid.astype(np.uint64)) < thr
+            keep = is_candidate(rid.astype(np.uint64), n_rows, seed, max_candidates)
             if keep.any():
                 pdf, Z = _sorted_model_rows(pdf[keep], info)
                 yield pd.DataFrame({"row_id": pdf["row_id"].to_numpy(dtype=np.int64),

@@ -1,0 +1,91 @@
+"""The kernel solver's direct Newton step and kernel allocation, measured on one core.
+
+Reproduces the numbers quoted in ``solver/dcd_kernel.py`` and ``solver/buffers.py``:
+
+1. Cholesky of a 5,000-row RBF face system in float64 vs float32 (``_face_solve`` factors
+   in float32 and refines in float64);
+2. the float32 RBF kernel of 12,500 ijcnn1 rows computed into a fresh ``np.empty`` array,
+   into ``solver.buffers.empty`` (pages mapped up front) and into an already-touched array;
+3. one 12,500-row ijcnn1 partition (lam = 1e5, gamma = 100/22, theta = 0.2, upsilon = 0.5,
+   cache_size = 1024, tol = 1e-3) solved with several ``_DIRECT_MAX_FACE`` caps: epochs,
+   the face size of every factorization and seconds.
+
+    PYTHONPATH=. .venv/bin/python bench/face_solve.py [--caps 5792 6000 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from scipy.linalg import cho_factor
+from threadpoolctl import threadpool_limits
+
+from bench.data import load_split
+from solver import buffers
+from solver import dcd_kernel as dk
+from solver.formulation import ODMParams
+from solver.kernels import Kernel, kernel_matrix
+
+
+def _seconds(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--caps", type=int, nargs="+", default=[5792, 6000, 8192])
+    ap.add_argument("--rows", type=int, default=12_500)
+    a = ap.parse_args()
+    s = load_split("ijcnn1")
+    idx = np.random.default_rng(0).permutation(len(s.y_train))[: a.rows]
+    X, y = np.ascontiguousarray(s.X_train[idx]), s.y_train[idx]
+    kernel = Kernel("rbf", gamma=100.0 / X.shape[1])
+    with threadpool_limits(1):
+        kernel_matrix(kernel, X[:100], dtype=np.float32)  # load the compiled finish
+        K = kernel_matrix(kernel, X[:5000])
+        for dtype in (np.float64, np.float32):
+            A = K.astype(dtype)
+            A[np.diag_indices_from(A)] += 0.1
+            t = _seconds(lambda A=A: cho_factor(A, lower=True, overwrite_a=True,
+                                                check_finite=False))
+            print(f"Cholesky 5000 rows {np.dtype(dtype).name}: {t:.2f} s", flush=True)
+        n = X.shape[0]
+        shape = (n, n)
+        outs = {"np.empty": lambda: np.empty(shape, dtype=np.float32),
+                "buffers.empty": lambda: buffers.empty(shape, np.float32),
+                "an already touched array": lambda: out}
+        out = np.ones(shape, dtype=np.float32)
+        for label, make in outs.items():
+            t = _seconds(lambda make=make: kernel_matrix(kernel, X, out=make()))
+            print(f"float32 kernel of {n} rows into {label}: {t:.2f} s", flush=True)
+        out = None
+        params = ODMParams(lam=1e5, upsilon=0.5, theta=0.2)
+        faces: list[int] = []
+        block = dk._ColumnStore.block
+
+        def counting_block(store, S, dtype=np.float64):
+            faces.append(int(S.size))
+            return block(store, S, dtype)
+
+        dk._ColumnStore.block = counting_block
+        default_cap = dk._DIRECT_MAX_FACE
+        try:
+            for cap in a.caps:
+                dk._DIRECT_MAX_FACE = cap
+                faces.clear()
+                t = time.perf_counter()
+                r = dk.solve_kernel_dual(X, y, kernel, params, tol=1e-3, cache_size=1024,
+                                         random_state=0)
+                print(f"partition, face cap {cap}: {time.perf_counter() - t:.2f} s, "
+                      f"{r.n_iter} epochs, factorizations of {faces}", flush=True)
+        finally:
+            dk._DIRECT_MAX_FACE = default_cap
+            dk._ColumnStore.block = block
+
+
+if __name__ == "__main__":
+    main()
