@@ -6,16 +6,22 @@ digest section 1.8): ``grad p_i(w) = w + c_i(w) x_i`` with
 ``c_i = lam/(1-theta)^2 y_i [(g_i + theta - 1) 1(g_i < 1-theta) + upsilon (g_i - theta - 1)
 1(g_i > 1+theta)]`` and ``g_i = y_i w.x_i``.
 
-* Partitions: strata around landmarks chosen with the *linear* kernel, dealt into
+* Partitions: strata around landmarks chosen with the *linear* kernel among the same seeded
+  candidate sample as Algorithm 1 (``landmark_candidates``, default 20,000 rows), dealt into
   ``n_partitions`` balanced stratified partitions (:mod:`solver.partition`, same reproducible
-  rules as Algorithm 1).
+  rules as Algorithm 1).  Default ``n_partitions``: 8, but no partition under
+  ``solver.sodm.MIN_PARTITION_ROWS`` (2,000) rows, Algorithm 1's rule; below 4,000 rows that
+  is one partition, plain SVRG over the data without strata (:func:`default_partitions`).
 * Epoch ``e = 1..epochs``: snapshot ``w~ = w``; full gradient ``h = (1/M) sum_j h_j`` with
-  ``h_j = sum_{i in D_j} grad p_i(w~)`` computed per partition; then the serial round-robin
+  ``h_j = sum_{i in D_j} grad p_i(w~)`` (the sum over partitions is computed as one product
+  with X; the Spark backend sums per partition); then the serial round-robin
   inner phase: partition ``j = 0..K-1`` in turn makes one pass over its own rows in the order
   ``default_rng(SeedSequence([seed, e, j])).permutation(|D_j|)`` (sampling without
   replacement, the refilled ``R_j`` of every epoch) with
   ``w <- w - eta (grad p_i(w) - grad p_i(w~) + h)`` and hands ``w`` to the next partition.
-  The new snapshot is the last iterate (the paper's rule).
+  The new snapshot is the last iterate (the paper's rule).  An epoch costs the inner pass
+  plus three products with X (``X h``, ``X w``, ``X' c``): the margins ``X w`` of the new
+  snapshot serve its gradient, the objective in the history and the next inner phase.
 * The inner loop is numba-compiled and O(nnz(x_i)) per step for dense and CSR input: the
   update is affine, ``w_{t+1} - u = (1-eta)(w_t - u) - eta dc x_i`` with ``u = w~ - h``, so
   ``w`` is kept as ``u + s v`` (scalar ``s``) and ``x_i.u`` is precomputed once per epoch.
@@ -26,7 +32,12 @@ digest section 1.8): ``grad p_i(w) = w + c_i(w) x_i`` with
   worst relative objective gap to the exact optimum after 10/20 epochs was 3.8e-7/6.7e-9 for
   0.5/L, 5e-5/1.8e-6 for 0.25/L, 4.9e-4/1e-4 for 0.1/L (the textbook value) and
   6.5e-3/4.2e-4 for 1/L (oscillates early), so 0.5/L with 20 epochs.
-* Stops after ``epochs`` epochs, or earlier when ``||grad p(w)|| <= tol * ||grad p(0)||``.
+* Stops after ``epochs`` epochs, or earlier when ``||grad p(w)|| <= tol * ||grad p(0)||``
+  (the relative criterion of LIBLINEAR's primal solvers, whose default is 1e-2).  Default
+  ``tol = 1e-3`` (the estimators' ``tol``): ``bench/dsvrg_tol.py`` on the five benchmark
+  sets at their CV-chosen parameters stopped after 5-8 epochs with a relative primal gap of
+  at most 2.6e-5 and the exact optimum's test accuracy (svmguide1 +0.0003); 1e-6 took 8-18
+  epochs for the same accuracy.
 """
 
 from __future__ import annotations
@@ -39,14 +50,19 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from solver.formulation import ODMParams, lipschitz_constant, primal_objective_linear
+from solver.formulation import ODMParams, lipschitz_constant
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import partition_members, stratified_partitions
-from solver.sodm import DEFAULT_N_STRATA, stratify
+from solver.sodm import (
+    DEFAULT_LANDMARK_CANDIDATES,
+    DEFAULT_N_STRATA,
+    MIN_PARTITION_ROWS,
+    stratify,
+)
 
 __all__ = ["LinearResult", "sodm_linear", "full_gradient", "instance_coefficients",
-           "default_step_size", "svrg_inner", "linear_partitions"]
+           "default_partitions", "default_step_size", "svrg_inner", "linear_partitions"]
 
 ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
@@ -77,18 +93,30 @@ def instance_coefficients(margins: np.ndarray, y: np.ndarray, params: ODMParams)
     return params.lam / (1.0 - th) ** 2 * (lo + hi) * y
 
 
-def full_gradient(X, y, w, params: ODMParams, groups: list[np.ndarray] | None = None
-                  ) -> np.ndarray:
-    """``(1/M) sum_j h_j``, ``h_j = sum_{i in D_j} grad p_i(w)`` (one term per partition)."""
+def full_gradient(X, y, w, params: ODMParams, xw: np.ndarray | None = None) -> np.ndarray:
+    """``(1/M) sum_j h_j``, ``h_j = sum_{i in D_j} grad p_i(w)``: the partition sums add up to
+    ``w + X' c / M`` over all rows, computed with one product each way (``xw = X w`` may be
+    passed when it is already known)."""
     w = np.asarray(w, dtype=np.float64).ravel()
-    M = X.shape[0]
-    groups = [np.arange(M)] if groups is None else groups
-    total = np.zeros_like(w)
-    for g in groups:
-        Xg = X[g]
-        c = instance_coefficients(y[g] * np.asarray(Xg @ w).ravel(), y[g], params)
-        total += g.size * w + np.asarray(Xg.T @ c).ravel()
-    return total / M
+    xw = np.asarray(X @ w).ravel() if xw is None else xw
+    c = instance_coefficients(y * xw, y, params)
+    return w + np.asarray(X.T @ c).ravel() / X.shape[0]
+
+
+def _objective(w: np.ndarray, margins: np.ndarray, params: ODMParams) -> float:
+    """Primal objective ``p(w)`` from the margins ``y_i w.x_i`` (no product with X)."""
+    xi = np.maximum(0.0, 1.0 - params.theta - margins)
+    eps = np.maximum(0.0, margins - 1.0 - params.theta)
+    loss = float(np.dot(xi, xi) + params.upsilon * np.dot(eps, eps))
+    return float(0.5 * np.dot(w, w) + params.lam / (2.0 * margins.shape[0]) * loss
+                 / (1.0 - params.theta) ** 2)
+
+
+def default_partitions(n_rows: int) -> int:
+    """``DEFAULT_PARTITIONS``, fewer when partitions would have under ``MIN_PARTITION_ROWS``
+    rows (Algorithm 1's smallest default partition); one partition, i.e. SVRG over the whole
+    data without strata, below twice that."""
+    return int(max(1, min(DEFAULT_PARTITIONS, int(n_rows) // MIN_PARTITION_ROWS)))
 
 
 def default_step_size(X, params: ODMParams) -> float:
@@ -105,7 +133,7 @@ def _coef(g, yi, slam, theta, ups):
     return 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, ups):
     decay = 1.0 - eta
     for p in range(order.shape[0]):
@@ -127,7 +155,7 @@ def _inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, 
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
     decay = 1.0 - eta
     n = X.shape[1]
@@ -152,15 +180,17 @@ def _inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
 
 
 def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray],
-               eta: float, params: ODMParams, should_stop: StopFn | None = None
-               ) -> tuple[np.ndarray, bool]:
+               eta: float, params: ODMParams, should_stop: StopFn | None = None, *,
+               xw: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
     """Run the SVRG inner steps over each index array of ``orders`` in turn (one array per
-    node, serial round robin) from ``w~`` with full gradient ``h``; returns (w, stopped)."""
+    node, serial round robin) from ``w~`` with full gradient ``h``; returns (w, stopped).
+    ``xw = X w~`` may be passed when it is already known (saves a product with X)."""
     if not 0 < eta < 1:
         raise ValueError(f"step_size must be in (0, 1), got {eta!r}")
     u = w_tilde - h
-    xu = np.asarray(X @ u, dtype=np.float64).ravel()
-    cw = instance_coefficients(y * np.asarray(X @ w_tilde).ravel(), y, params)
+    xw = np.asarray(X @ w_tilde, dtype=np.float64).ravel() if xw is None else xw
+    xu = xw - np.asarray(X @ h, dtype=np.float64).ravel()
+    cw = instance_coefficients(y * xw, y, params)
     v = h.astype(np.float64, copy=True)
     s = 1.0
     slam = params.lam / (1.0 - params.theta) ** 2
@@ -178,7 +208,6 @@ def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray
     return u + s * v, stopped
 
 
-
 def linear_partitions(X, n_partitions: int, n_strata: int, seed: int, *,
                       max_candidates: int | None = None) -> np.ndarray:
     """Stratified partition id per row, with landmarks/strata under the linear kernel."""
@@ -194,7 +223,7 @@ def _val_accuracy(w, X_val, y_val) -> float:
 
 def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
                 n_strata: int | None = None, epochs: int | None = None,
-                step_size: float | None = None, tol: float = 1e-6, random_state=None,
+                step_size: float | None = None, tol: float = 1e-3, random_state=None,
                 w0=None, X_val=None, y_val=None, progress: ProgressFn | None = None,
                 should_stop: StopFn | None = None,
                 landmark_candidates: int | None = None) -> LinearResult:
@@ -202,7 +231,7 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
     params.validate()
     X, y = check_Xy(X, y)
     M, d = X.shape
-    K = DEFAULT_PARTITIONS if n_partitions is None else int(n_partitions)
+    K = default_partitions(M) if n_partitions is None else int(n_partitions)
     S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
     E = DEFAULT_EPOCHS if epochs is None else int(epochs)
     if K < 1 or S < 1 or E < 1:
@@ -216,7 +245,9 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
     if M == 0:
         return result
     K = min(K, M)
-    part = linear_partitions(X, K, S, seed, max_candidates=landmark_candidates) \
+    cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
+        else int(landmark_candidates)
+    part = linear_partitions(X, K, S, seed, max_candidates=cand) \
         if K > 1 else np.zeros(M, dtype=np.int64)
     result.partitions = part
     groups = partition_members(part, K)
@@ -224,8 +255,11 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
     if have_val:
         y_val = np.asarray(y_val, dtype=np.float64).ravel()
     t_start = time.perf_counter()
-    h = full_gradient(X, y, w, params, groups)
-    g0 = max(float(np.linalg.norm(full_gradient(X, y, np.zeros(d), params, groups))), 1e-300)
+    xw = np.asarray(X @ w, dtype=np.float64).ravel()
+    h = full_gradient(X, y, w, params, xw)
+    g0 = max(float(np.linalg.norm(h if w0 is None else full_gradient(X, y, np.zeros(d),
+                                                                    params, np.zeros(M)))),
+             1e-300)
     for e in range(1, E + 1):
         if should_stop is not None and should_stop():
             result.stopped = True
@@ -233,10 +267,11 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
         t0 = time.perf_counter()
         orders = [g[np.random.default_rng(np.random.SeedSequence([seed, e, j]))
                     .permutation(g.size)] for j, g in enumerate(groups)]
-        w, stopped = svrg_inner(X, y, w, h, orders, eta, params, should_stop)
-        h = full_gradient(X, y, w, params, groups)
+        w, stopped = svrg_inner(X, y, w, h, orders, eta, params, should_stop, xw=xw)
+        xw = np.asarray(X @ w, dtype=np.float64).ravel()
+        h = full_gradient(X, y, w, params, xw)
         gn = float(np.linalg.norm(h))
-        rec = {"epoch": e, "objective": primal_objective_linear(w, X, y, params),
+        rec = {"epoch": e, "objective": _objective(w, y * xw, params),
                "grad_norm": gn, "seconds": time.perf_counter() - t0,
                "elapsed": time.perf_counter() - t_start}
         if have_val:

@@ -597,7 +597,9 @@ class SODMClassifier(_ODMBase):
     warm-started from level 1 (true ODM optimum). Kernel
     "linear" uses Algorithm 2 by default (``linear_solver="dsvrg"``): distributed SVRG on the
     primal over ``n_partitions`` stratified partitions for ``epochs`` epochs with
-    ``step_size`` (None: derived from the smoothness constant). ``landmark_candidates``
+    ``step_size`` (None: derived from the smoothness constant), stopping early when the
+    gradient norm is ``tol`` times its value at 0 (``tol`` is the KKT tolerance of the
+    kernel solvers). ``landmark_candidates``
     bounds the rows the kernel landmarks are chosen from. ``None`` for ``p``,
     ``levels``, ``n_strata``, ``landmark_candidates``, ``final_global_solve``,
     ``n_partitions`` and ``epochs`` means the solver module's documented default (``p``:
@@ -650,20 +652,23 @@ class SODMClassifier(_ODMBase):
 
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
                        should_stop):
-        opt = {k: v for k, v in {"n_strata": self.n_strata}.items() if v is not None}
+        opt = {k: v for k, v in {"n_strata": self.n_strata,
+                                 "landmark_candidates": self.landmark_candidates}.items()
+               if v is not None}
         if self._uses_dsvrg():
             from solver.dsvrg import sodm_linear
 
             for name in ("n_partitions", "epochs", "step_size"):
                 if getattr(self, name) is not None:
                     opt[name] = getattr(self, name)
-            res = sodm_linear(Z, y, params, random_state=seed, X_val=Z_val, y_val=y_val,
-                              progress=progress, should_stop=should_stop, **opt)
+            res = sodm_linear(Z, y, params, tol=float(self.tol), random_state=seed,
+                              X_val=Z_val, y_val=y_val, progress=progress,
+                              should_stop=should_stop, **opt)
             return "w", np.asarray(res.w, dtype=np.float64).ravel(), list(res.history), \
                 bool(res.stopped)
         from solver.sodm import sodm_kernel
 
-        for name in ("levels", "final_global_solve", "landmark_candidates"):
+        for name in ("levels", "final_global_solve"):
             if getattr(self, name) is not None:
                 opt[name] = getattr(self, name)
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)

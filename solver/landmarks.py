@@ -73,7 +73,7 @@ def select_landmarks(X, kernel: Kernel, n_landmarks: int, random_state=0, *,
     S = min(S, n)
     r = kernel_diag(kernel, Xc).astype(np.float64, copy=True)
     scale = float(r.max()) if n else 0.0
-    Lf = np.zeros((n, S), dtype=np.float64)
+    Lt = np.zeros((S, n), dtype=np.float64)  # factor columns as rows: contiguous updates
     chosen: list[int] = []
     taken = np.zeros(n, dtype=bool)
     for s in range(S):
@@ -81,9 +81,11 @@ def select_landmarks(X, kernel: Kernel, n_landmarks: int, random_state=0, *,
         j = int(np.argmax(rr))  # first maximum = lowest row index
         if not rr[j] > tol * max(scale, 1e-300):
             break
-        col = kernel_matrix(kernel, Xc, _rows(Xc, [j])).ravel()
-        lnew = (col - Lf[:, :s] @ Lf[j, :s]) / np.sqrt(rr[j])
-        Lf[:, s] = lnew
+        lnew = kernel_matrix(kernel, Xc, _rows(Xc, [j])).ravel()
+        if s:
+            lnew -= Lt[:s].T @ Lt[:s, j]
+        lnew /= np.sqrt(rr[j])
+        Lt[s] = lnew
         r -= lnew * lnew
         taken[j] = True
         chosen.append(j)

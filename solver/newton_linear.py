@@ -12,6 +12,11 @@ Cholesky) and moves to the exact minimizer of ``P`` along the direction (a safeg
 Newton on the piecewise-linear derivative).  When the sets below and above the band stop
 changing the step lands on the optimum, so a few steps finish the problem whatever its
 conditioning; dual coordinate descent instead needs more epochs the larger ``lam`` is.
+The Hessian is updated by the rows whose weight changed (``+-x_i x_i'``) when they are fewer
+than half the rows outside the band, which after the first step they usually are (few rows
+change side near the optimum; ``tests/solver/test_dcd_linear.py`` checks it on svmguide1),
+and the line search is compiled; the first step, from ``w = 0`` where every row has the
+same weight, is one ``X' X``.
 
 The dual solution follows from the KKT closed forms ``zeta_i = xi_i / dz``,
 ``beta_i = eps_i / db`` (so ``zeta_i * beta_i = 0``), which is how :mod:`solver.dcd_linear`
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.linalg import cho_factor, cho_solve
 
 __all__ = ["primal_newton", "alpha_from_margins"]
@@ -36,20 +42,25 @@ def alpha_from_margins(u: np.ndarray, dz: float, db: float, theta: float) -> np.
                             np.maximum(0.0, u - 1.0 - theta) / db))
 
 
+@njit(cache=True)
 def _line_search(wd: float, dd: float, u: np.ndarray, v: np.ndarray, a_lo: float,
                  a_hi: float, theta: float) -> float:
     """argmin_t P(w + t d): root of the increasing piecewise-linear derivative
     ``phi'(t) = w.d + t d.d + sum_lo a_lo (z - 1 + theta) v + sum_hi a_hi (z - 1 - theta) v``
-    with ``z = u + t v``; Newton steps kept inside the bracket, bisection otherwise."""
+    with ``z = u + t v``; Newton steps kept inside the bracket, bisection otherwise
+    (compiled: one pass over the instances per trial step)."""
     lo_t, hi_t, t = 0.0, np.inf, 1.0
     for _ in range(100):
-        z = u + t * v
-        low = z < 1.0 - theta
-        high = z > 1.0 + theta
-        vl, vh = v[low], v[high]
-        dphi = wd + t * dd + a_lo * float((z[low] - 1.0 + theta) @ vl) \
-            + a_hi * float((z[high] - 1.0 - theta) @ vh)
-        ddphi = dd + a_lo * float(vl @ vl) + a_hi * float(vh @ vh)
+        dphi = wd + t * dd
+        ddphi = dd
+        for i in range(u.shape[0]):
+            z = u[i] + t * v[i]
+            if z < 1.0 - theta:
+                dphi += a_lo * (z - 1.0 + theta) * v[i]
+                ddphi += a_lo * v[i] * v[i]
+            elif z > 1.0 + theta:
+                dphi += a_hi * (z - 1.0 - theta) * v[i]
+                ddphi += a_hi * v[i] * v[i]
         if dphi > 0:
             hi_t = t
         elif dphi < 0:
@@ -63,6 +74,18 @@ def _line_search(wd: float, dd: float, u: np.ndarray, v: np.ndarray, a_lo: float
             return t_new
         t = t_new
     return t
+
+
+def _weighted_gram(X, idx: np.ndarray, wts: np.ndarray) -> np.ndarray:
+    """``X_idx' diag(wts) X_idx`` as a dense ``d x d`` array (weights of any sign)."""
+    if idx.size == X.shape[0] and wts.size and np.all(wts == wts[0]):
+        G = X.T @ X  # every row, one weight (the first step from w = 0): no row copies
+        G = np.asarray(G.todense()) if sp.issparse(G) else G
+        return wts[0] * G
+    Xi = X[idx]
+    if sp.issparse(Xi):
+        return np.asarray((Xi.T @ sp.diags(wts) @ Xi).todense())
+    return (Xi * wts[:, None]).T @ Xi
 
 
 def primal_newton(X, y: np.ndarray, dz: float, db: float, theta: float, w0: np.ndarray, *,
@@ -79,6 +102,8 @@ def primal_newton(X, y: np.ndarray, dz: float, db: float, theta: float, w0: np.n
     w = np.array(w0, dtype=np.float64)
     full_step_from = None  # the sets a full step was taken from
     steps = 0
+    H: np.ndarray | None = None
+    s_prev = np.zeros(0)
     while steps < int(max_iter):
         u = y * np.asarray(X @ w).ravel()
         low = u < 1.0 - theta
@@ -93,16 +118,18 @@ def primal_newton(X, y: np.ndarray, dz: float, db: float, theta: float, w0: np.n
         g = w + np.asarray(X.T @ (y * r)).ravel()
         if np.abs(g).max() <= _GTOL * max(1.0, np.abs(w).max()):
             break  # stationary to rounding (instances exactly on a band edge can flip sets)
-        S = np.flatnonzero(low | high)
-        s = np.where(low[S], a_lo, a_hi)
-        XS = X[S]
-        if sp.issparse(XS):
-            H = np.asarray((XS.T @ sp.diags(s) @ XS).todense())
-        else:
-            H = XS.T @ (XS * s[:, None])
-        H[np.diag_indices(n)] += 1.0
-        d = -cho_solve(cho_factor(H, lower=True, overwrite_a=True, check_finite=False), g,
-                       check_finite=False)
+        # Hessian I + X' diag(s) X of this piece; from the previous one by the rows whose
+        # weight changed when they are fewer than the rows outside the band
+        s = np.where(low, a_lo, np.where(high, a_hi, 0.0))
+        changed = np.flatnonzero(s != s_prev) if H is not None else None
+        if changed is None or 2 * changed.size > np.count_nonzero(s):
+            S = np.flatnonzero(s)
+            H = _weighted_gram(X, S, s[S])
+            H[np.diag_indices(n)] += 1.0
+        elif changed.size:
+            H = H + _weighted_gram(X, changed, s[changed] - s_prev[changed])
+        s_prev = s
+        d = -cho_solve(cho_factor(H, lower=True, check_finite=False), g, check_finite=False)
         if np.abs(d).max() <= _GTOL * max(1.0, np.abs(w).max()):
             break  # the step is rounding noise: w is the optimum to machine precision
         v = y * np.asarray(X @ d).ravel()

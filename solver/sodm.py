@@ -111,7 +111,7 @@ __all__ = [
 ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
 
-_MIN_PARTITION = 2000
+MIN_PARTITION_ROWS = 2000  # no default partition (either algorithm) smaller than this
 _MAX_LEVELS = 10
 _MB = 1 << 20
 DEFAULT_N_STRATA = 50
@@ -206,7 +206,7 @@ def default_levels(n_rows: int, p: int, cache_size: float = 512.0) -> int:
     cache mode recomputes kernel columns every epoch).
     """
     L_max = 0
-    while L_max < _MAX_LEVELS and n_rows / float(p) ** (L_max + 1) >= _MIN_PARTITION:
+    while L_max < _MAX_LEVELS and n_rows / float(p) ** (L_max + 1) >= MIN_PARTITION_ROWS:
         L_max += 1
     fit_rows = math.sqrt(float(cache_size) * _MB / 4.0)
     for L in range(1, L_max + 1):

@@ -105,6 +105,8 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
             lres = sodm_linear_spark(base, info, odm, n_rows=n, n_partitions=est.n_partitions,
                                      n_strata=est.n_strata, epochs=est.epochs,
                                      step_size=est.step_size, seed=seed_int,
+                                     tol=float(est.tol),
+                                     landmark_candidates=est.landmark_candidates,
                                      progress=progress, should_stop=should_stop)
             history = [_jsonable(r) for r in lres.history]
             if lres.stopped:

@@ -106,26 +106,29 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
 
 def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
                       n_partitions: int | None, n_strata: int | None, epochs: int | None,
-                      step_size: float | None, seed: int, tol: float = 1e-6,
+                      step_size: float | None, seed: int, tol: float = 1e-3,
+                      landmark_candidates: int | None = None,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> LinearRun:
     """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
-    from solver.dsvrg import DEFAULT_EPOCHS, DEFAULT_PARTITIONS, _inner_csr, _inner_dense
+    from solver.dsvrg import DEFAULT_EPOCHS, _inner_csr, _inner_dense, default_partitions
     from solver.formulation import lipschitz_constant
     from solver.kernels import Kernel
-    from solver.sodm import DEFAULT_N_STRATA
+    from solver.sodm import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
     M = int(n_rows)
-    K = DEFAULT_PARTITIONS if n_partitions is None else int(n_partitions)
+    K = default_partitions(M) if n_partitions is None else int(n_partitions)
     S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
     E = DEFAULT_EPOCHS if epochs is None else int(epochs)
     K = min(K, M)
     sparse = info.layout == "sparse"
     if K > 1:
         linear = Kernel("linear")
-        _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M)
+        cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
+            else int(landmark_candidates)
+        _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M, seed, cand)
         parts = base.join(assign_partitions_spark(base, info, linear, Zl, K, seed)
                           .select("row_id", "part"), "row_id")
     else:

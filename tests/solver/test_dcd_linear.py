@@ -157,3 +157,30 @@ def test_bad_arguments(params, kwargs, name):
     X, y = _data(m=10)
     with pytest.raises(ValueError, match=name):
         solve_linear_dual(X, y, params, **kwargs)
+
+
+def test_newton_updates_its_hessian_by_the_rows_that_changed_side(monkeypatch, datasets_dir):
+    # svmguide1: after the first step fewer rows change side than lie outside the band, so
+    # the d x d Hessian is updated by those rows instead of rebuilt; the optimum is the same
+    import lzma
+
+    from sklearn.datasets import load_svmlight_file
+
+    import solver.newton_linear as nl
+
+    with lzma.open(datasets_dir / "svmguide1.xz", "rb") as fh:
+        X, y = load_svmlight_file(fh, n_features=4)
+    X = X.toarray()
+    X = np.hstack([(X - X.min(axis=0)) / np.ptp(X, axis=0), np.ones((X.shape[0], 1))])
+    y = np.where(y == y.min(), -1.0, 1.0)
+    rows: list[int] = []
+    gram = nl._weighted_gram
+    monkeypatch.setattr(nl, "_weighted_gram",
+                        lambda X, idx, wts: rows.append(idx.size) or gram(X, idx, wts))
+    params = ODMParams(lam=1000.0, upsilon=0.5, theta=0.8)
+    res = solve_linear_dual(X, y, params, tol=1e-9, random_state=0)
+    assert res.converged and res.n_iter == 0 and res.newton_steps >= 3
+    assert rows[0] == len(y) and min(rows[1:]) < len(y) // 10
+    cd = solve_linear_dual(X, y, params, tol=1e-9, random_state=0, newton=False,
+                           max_iter=100_000)
+    np.testing.assert_allclose(res.w, cd.w, rtol=1e-7, atol=1e-8)

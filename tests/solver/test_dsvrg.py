@@ -11,14 +11,13 @@ import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
 from solver.dcd_linear import solve_linear_dual
-from solver.dsvrg import full_gradient, sodm_linear, svrg_inner
+from solver.dsvrg import default_partitions, full_gradient, sodm_linear, svrg_inner
 from solver.formulation import (
     ODMParams,
     instance_gradients_linear,
     primal_gradient_linear,
     primal_objective_linear,
 )
-from solver.partition import partition_members
 
 PARAMS = ODMParams(lam=10.0, upsilon=0.5, theta=0.2)
 
@@ -50,9 +49,10 @@ def test_converges_to_exact_linear_optimum(guide) -> None:
 def test_full_gradient_is_average_of_instance_gradients(guide) -> None:
     X, y = guide[0][:500], guide[1][:500]
     w = np.random.default_rng(0).normal(size=X.shape[1]) * 3
-    groups = partition_members(np.arange(500) % 7, 7)
     mean_inst = instance_gradients_linear(w, X, y, PARAMS).mean(axis=0)
-    np.testing.assert_allclose(full_gradient(X, y, w, PARAMS, groups), mean_inst, atol=1e-10)
+    np.testing.assert_allclose(full_gradient(X, y, w, PARAMS), mean_inst, atol=1e-10)
+    xw = X @ w
+    np.testing.assert_allclose(full_gradient(X, y, w, PARAMS, xw), mean_inst, atol=1e-10)
     np.testing.assert_allclose(full_gradient(sp.csr_matrix(X), y, w, PARAMS), mean_inst,
                                atol=1e-10)
     np.testing.assert_allclose(primal_gradient_linear(w, X, y, PARAMS), mean_inst, atol=1e-10)
@@ -118,3 +118,27 @@ def test_rejects_bad_step_size(guide) -> None:
     X, y = guide[0][:100], guide[1][:100]
     with pytest.raises(ValueError, match="step_size"):
         sodm_linear(X, y, PARAMS, step_size=1.5)
+
+
+def test_default_partitions_are_never_smaller_than_algorithm_1s() -> None:
+    from solver.dsvrg import DEFAULT_PARTITIONS
+    from solver.sodm import MIN_PARTITION_ROWS
+
+    assert default_partitions(0) == default_partitions(3089) == 1  # svmguide1: plain SVRG
+    assert default_partitions(2 * MIN_PARTITION_ROWS) == 2
+    assert default_partitions(8844) == 4  # phishing
+    assert default_partitions(10**6) == DEFAULT_PARTITIONS
+
+
+def test_relative_gradient_tolerance_ends_the_epochs(guide) -> None:
+    X, y = guide
+    g0 = float(np.linalg.norm(full_gradient(X, y, np.zeros(X.shape[1]), PARAMS)))
+    loose = sodm_linear(X, y, PARAMS, epochs=60, tol=1e-2, random_state=0)
+    tight = sodm_linear(X, y, PARAMS, epochs=60, tol=1e-9, random_state=0)
+    assert loose.converged and tight.converged
+    assert len(loose.history) >= 2  # it stops at the first epoch meeting the tolerance
+    assert loose.history[-1]["grad_norm"] <= 1e-2 * g0 < loose.history[-2]["grad_norm"]
+    assert tight.history[-1]["grad_norm"] <= 1e-9 * g0
+    assert len(loose.history) < len(tight.history)
+    # the first epochs are the same computation
+    assert loose.history[0]["objective"] == tight.history[0]["objective"]

@@ -455,3 +455,12 @@ def test_sodm_sparse_equals_dense(kw):
     expected = "sodm-dsvrg" if kw.get("linear_solver", "dsvrg") == "dsvrg" and \
         kw["kernel"] == "linear" else "sodm-hierarchical"
     assert dense.fit_info_["algorithm"] == expected
+
+
+def test_sodm_linear_tol_is_dsvrgs_relative_gradient_tolerance(svmguide1):
+    Xtr, ytr, _, _ = svmguide1
+    fits = {tol: SODMClassifier(kernel="linear", lam=1e3, tol=tol, random_state=0,
+                                epochs=100).fit(Xtr, ytr) for tol in (1e-2, 1e-8)}
+    assert len(fits[1e-2].history_) < len(fits[1e-8].history_)
+    g_loose, g_tight = (f.history_[-1]["grad_norm"] for f in fits.values())
+    assert g_tight < 1e-4 * g_loose
