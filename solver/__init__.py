@@ -3,9 +3,21 @@
 Public entry points: ``ODMClassifier`` / ``SODMClassifier`` (scikit-learn estimators),
 ``solver.model_io`` (portable model files), ``solver.margins`` (margin statistics) and
 ``solver.exceptions.FitCancelled``.
+
+The estimators (and with them scikit-learn, about 0.9 s of imports) load on first use, so
+the solver's worker processes, which import only the numeric modules, start fast.
 """
 
-from solver.estimators import ODMClassifier, SODMClassifier
+from typing import Any
+
 from solver.exceptions import FitCancelled
 
 __all__ = ["ODMClassifier", "SODMClassifier", "FitCancelled"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ODMClassifier", "SODMClassifier"):
+        from solver import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'solver' has no attribute {name!r}")

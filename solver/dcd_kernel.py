@@ -15,14 +15,17 @@
   set) jumps to the exact optimum once the states settle; it returns a point meeting the same
   tolerance, or its last iterate made feasible when that has a lower dual objective, or
   leaves the iterate alone.  When the predicted face (instances the step solves for) is small
-  enough for a dense Cholesky of ``K_SS + D`` in a quarter of the budget (and at most
-  ``_DIRECT_MAX_FACE`` rows), it is tried from epoch 5 with direct face solves, in both kernel
-  modes (``K_SS`` taken from the matrix or computed from X): a float32 Cholesky refined in
-  float64 to the accuracy of a float64 one (:func:`_face_solve`).  ijcnn1, gamma = 10/22,
+  enough for a dense Cholesky of ``K_SS + D`` in a quarter of the budget, it is tried from
+  epoch 5 with direct face solves, in both kernel modes (``K_SS`` taken from the matrix or
+  computed from X), but only from ``_DIRECT_MAX_FACE`` rows down while coordinate descent is
+  still shrinking the face: a float32 Cholesky refined in float64 to the accuracy of a
+  float64 one, and the faces that follow, which differ by fewer and fewer rows, solved from
+  that factor (:class:`_FaceSystems`).  ijcnn1, gamma = 10/22,
   lam = 1e5, upsilon = 0.5, one 12,500-row partition: theta = 0.8 (1,775 nonzero pairs)
   4.8 s instead of 3,500-odd epochs (float64 factor); full SODM-RBF fit (n_jobs=2) 46 s ->
   17 s, with the BLAS limit of ``solver.parallel``.  ``bench/face_solve.py`` measures the
-  pieces on one core (Cholesky in float32 vs float64, kernel allocation, the face cap).
+  pieces on one core (Cholesky in float32 vs float64, kernel allocation, the face cap) and
+  the partitions of ijcnn1 and cod-rna that SODM solves with the benchmark's settings.
   Larger faces: from epoch 50 on, when the observed linear rate
   extrapolates to more than ``max(2 * epochs spent, 500)`` epochs still to go, the same step
   with preconditioned CG on the face (full-matrix mode only) is tried under a mat-vec budget.
@@ -39,7 +42,9 @@
   cache costs only the overflow in recomputed columns per epoch (not every column, which is
   what LRU under a random cyclic order would give).  The Newton step's face memory is on top:
   its float32 factor (``|S|^2 * 4`` bytes; plus a float64 ``K_SS`` in column-cache mode,
-  ``|S|^2 * 12`` in all), at most a quarter of ``cache_size`` (or 12 MB).
+  ``|S|^2 * 12`` in all), at most a quarter of ``cache_size`` (or 12 MB), and while later
+  faces reuse it, the factor's inverse columns of the rows they dropped (at most a quarter
+  of the factor again).
 * Kernel matrices and column slots are allocated with their pages mapped up front
   (:mod:`solver.buffers`): first-touch page faults cost more than computing the kernel here.
 """
@@ -53,10 +58,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
-from sklearn.exceptions import ConvergenceWarning
 
 from solver import _numba_kernels as nk
 from solver import buffers
+from solver.exceptions import convergence_warning
 from solver.formulation import ODMParams, dual_objective
 from solver.inputs import as_generator, check_alpha0, check_X, check_y
 from solver.kernels import Kernel, kernel_diag, kernel_matrix
@@ -79,18 +84,29 @@ _NEWTON_MIN_REMAINING = 500
 _DIRECT_FIRST_EPOCH = 5
 _DIRECT_SHARE = 0.25
 _DIRECT_MIN_FACE = 1000
-# ... and at most this many rows whatever the budget: an attempt on a larger, less settled
-# face costs more in Cholesky factorizations (one per state update) than the epochs it
-# saves.  ``bench/face_solve.py`` (a 12,500-row ijcnn1 partition, lam = 1e5, gamma = 100/22,
-# theta = 0.2, one core): cap 8,192 -> first attempt at epoch 6 (face 8,145), five
-# factorizations, 7.1 s; 6,000 -> four, 5.6 s; 5,792 -> epoch 24, three, 4.7 s
+# ... and while coordinate descent is still shrinking the face, only from this many rows
+# down: an attempt on a larger, less settled face costs more in Cholesky factorizations
+# than the epochs it saves.  ``bench/face_solve.py`` (a 12,500-row ijcnn1 partition, lam =
+# 1e5, gamma = 100/22, theta = 0.2, one core): cap 8,192 -> first attempt at epoch 6
+# (face 8,145), two factorizations and four faces from them, 7.2 s; 6,000 -> 4.7 s;
+# 5,792 -> epoch 24, one factorization and two faces from it, 4.1 s.  Once the face stops
+# shrinking (the smallest of the last five epochs' faces within _FACE_SHRINK of the five
+# before) faces up to the budget are attempted: on a 14,884-row cod-rna partition (lam =
+# 1e5, gamma = 10/8, theta = 0.8) coordinate descent hovers at 6,000-7,000 rows, and the
+# attempt at epoch 10 (face 6,759) finishes the solve in 9.5 s (it waited 80 epochs for
+# 5,792 before, 11 s)
 _DIRECT_MAX_FACE = 5792
+_FACE_SHRINK = 0.97
 # no CG attempt while the predicted face is within this factor of the direct limit: coordinate
 # descent shrinks it there within a few epochs (a failed 14,884-row cod-rna CG attempt cost 13 s)
 _CG_FACE_FACTOR = 2.0
 # float64 iterative-refinement steps after a float32 Cholesky face solve (each costs two
 # |S|^2 passes; the error shrinks by about cond * 6e-8 per step)
 _REFINE_MAX = 8
+# a face that differs from the last factored one by at most this share of its rows (removed,
+# added or switched side) is solved from that factor (_FaceSystems); triangular solves
+# with k right-hand sides cost about k / (3 n) of a factorization of n rows here
+_UPDATE_SHARE = 0.25
 
 
 @dataclass
@@ -170,7 +186,7 @@ class _ColumnStore:
 
     @property
     def face_bytes(self) -> int:
-        """Bytes per face entry of a direct Newton step (:func:`_face_solve`): the float32
+        """Bytes per face entry of a direct Newton step (:class:`_FaceSystems`): the float32
         factor, plus a float64 ``K_SS`` in column-cache mode."""
         return 4 if self.full else 12
 
@@ -269,8 +285,11 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     n_newton = 0
     next_newton = _NEWTON_FIRST_EPOCH
     next_direct = _DIRECT_FIRST_EPOCH
-    direct_max = max(_DIRECT_MIN_FACE, min(_DIRECT_MAX_FACE, int(np.sqrt(
-        _DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes))))
+    direct_max = max(_DIRECT_MIN_FACE, int(np.sqrt(
+        _DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes)))
+    direct_settled = min(direct_max, _DIRECT_MAX_FACE)
+    face_hist: list[int] = []
+    faces = _FaceSystems(store)
     poll_state = {"t": time.monotonic(), "stop": False}
 
     def poll() -> bool:
@@ -317,14 +336,16 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
             break
         kkts.append(kkt)
         face = _predicted_face(f, y, alpha, theta) if use_newton else m
-        if use_newton and face <= direct_max and epoch >= next_direct:
+        face_hist.append(face)
+        if use_newton and epoch >= next_direct and (
+                face <= direct_settled or face <= direct_max and _face_stalled(face_hist)):
             _, moved = _active_set_newton(store, kdiag, y, alpha, f, dz, db, theta, tol,
                                            budget=40 * (2 + face * face // (3 * m)),
-                                           abort=poll, direct_max=direct_max)
+                                           abort=poll, direct_max=direct_max, faces=faces)
             n_newton += 1
             next_direct = 2 * epoch
         elif use_newton and store.full and epoch >= next_newton \
-                and face > _CG_FACE_FACTOR * direct_max:
+                and face > _CG_FACE_FACTOR * direct_settled:
             remaining = _epochs_left(kkts, tol)
             if remaining > max(2 * epoch, _NEWTON_MIN_REMAINING):
                 _, moved = _active_set_newton(store, kdiag, y, alpha, f, dz, db, theta, tol,
@@ -363,57 +384,188 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     if not converged and not stopped:
         warnings.warn(
             f"kernel ODM dual coordinate descent did not converge in {max_iter} epochs "
-            f"(KKT violation {kkt:.3g} > tol {tol:g})", ConvergenceWarning, stacklevel=2)
+            f"(KKT violation {kkt:.3g} > tol {tol:g})",
+            convergence_warning(), stacklevel=2)
     obj = dual_objective(y * f, alpha, params, m_scale)
     return DualResult(alpha, n_iter, kkt, obj, converged, stopped)
 
 
-def _face_solve(store: _ColumnStore, S: np.ndarray, D: np.ndarray, t: np.ndarray,
-                target: float) -> np.ndarray | None:
-    """Solve ``(K_SS + diag(D)) x = t``: Cholesky in float32 (about 2.8x faster than
-    float64: 0.42 s vs 1.19 s for 5,000 rows on one core, ``bench/face_solve.py``), then
-    float64 iterative refinement until the max residual is ``<= target`` or stops halving
-    (the best iterate is returned).  Residuals come from the full matrix's rows
-    (``K[:, S] x``, float64 accumulation: only the factor's ``|S|^2 * 4`` bytes are added)
-    or, in column-cache mode, from a float64 ``K_SS`` computed from X (``|S|^2 * 12`` bytes
-    with the factor).  The residual on the face is the KKT violation there, so an unrefined
-    solve only costs the active-set loop another step; the caller accepts no point without
-    checking it.  ``None`` when the float32 matrix is not numerically positive definite (the
-    attempt then ends; coordinate descent goes on)."""
-    buf = np.empty(store.m if store.full else S.size)
-    if store.full:
-        rows = store.slot[S]
-        A = store.block(S, np.float32)
+class _FaceSystems:
+    """Solves ``(K_SS + diag(D)) x = t`` for the successive faces of the direct Newton steps
+    of one solve.
 
-        def matvec(v: np.ndarray) -> np.ndarray:
-            return nk.rows_combination(store.cache, rows, v, buf)[S]
-    else:
-        K_SS = store.block(S)
-        A = buffers.empty(K_SS.shape, np.float32)
-        A[...] = K_SS
-        ar = np.arange(S.size, dtype=np.int64)
+    A face is factored once (Cholesky in float32, about 2.8x faster than float64: 0.42 s vs
+    1.19 s for 5,000 rows on one core, ``bench/face_solve.py``) and becomes the *base*.  The
+    faces that follow differ from their predecessor by fewer and fewer rows (a 12,500-row
+    ijcnn1 partition: 5,769, then 5,144 with 636 rows out and 11 in, then 5,121 with 51 out
+    and 28 in); a face within ``_UPDATE_SHARE`` of the base's size in rows removed, added or
+    moved between the zeta and beta sides reuses the base factor instead of a new one:
 
-        def matvec(v: np.ndarray) -> np.ndarray:
-            return nk.rows_combination(K_SS, ar, v, buf)
-    A[np.diag_indices_from(A)] += D.astype(np.float32)
-    try:
-        fac = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
-    except LinAlgError:
-        return None
-    r = t.copy()
-    x = np.zeros(t.size)
-    prev = best = np.inf
-    x_best = x
-    for _ in range(_REFINE_MAX):
-        x = x + cho_solve(fac, r.astype(np.float32), check_finite=False)
-        r = t - (matvec(x) + D * x)
-        res = float(np.abs(r).max())
-        if res < best:
-            best, x_best = res, x
-        if res <= target or not res < 0.5 * prev:
-            break
-        prev = res
-    return x_best
+    * removed rows ``R`` (base positions): ``A_TT^-1 v`` on the kept rows ``T`` is
+      ``z_T - Y_T C^-1 z_R`` with ``z = A_B^-1 [v; 0]``, ``Y = A_B^-1 E_R`` and
+      ``C = Y_R`` (the Schur complement of the inverse, ``|R| x |R|``);
+    * added rows ``N``: bordering, ``Sc = A_NN - A_NT A_TT^-1 A_TN`` (``|N| x |N|``).
+
+    Both cost ``|R| + |N|`` right-hand sides of the triangular solves (about half as
+    expensive per flop as a factorization here; 800 of them on 5,000 rows took 0.35 s
+    against 0.72 s for the factorization) and small dense factors.  Either way the solve is
+    float32-accurate and float64 iterative refinement against the exact matrix (the full
+    matrix's rows, ``K[:, S] x``, or in column-cache mode a float64 ``K_SS`` computed from
+    X, ``|S|^2 * 12`` bytes with the factor, which always refactors) finishes it until the
+    max residual is ``<= target`` or stops halving; the best iterate is returned.  The
+    residual on the face is the KKT violation there, so an unrefined solve only costs the
+    active-set loop another step; the caller accepts no point without checking it.
+    """
+
+    def __init__(self, store: _ColumnStore) -> None:
+        self.store = store
+        self.base: np.ndarray | None = None  # the factored face (row indices)
+        self.base_D = np.zeros(0)
+        self.fac = None
+        self.pos = np.full(store.m, -1, dtype=np.int64)  # row -> position in the base
+        # columns of the base's inverse computed so far (base position -> index in ycols)
+        self.ycol = np.full(store.m, -1, dtype=np.int64)
+        self.ycols: list[np.ndarray] = []
+        self.n_factored = 0  # factorizations (tests and benchmarks read it)
+        self.n_updated = 0  # faces solved from the base factor
+
+    def solve(self, S: np.ndarray, D: np.ndarray, t: np.ndarray,
+              target: float) -> np.ndarray | None:
+        """``x`` refined to a max residual ``<= target`` (or the best refinement reached);
+        ``None`` when the float32 matrix is not numerically positive definite (the Newton
+        attempt then ends; coordinate descent goes on)."""
+        store = self.store
+        buf = np.empty(store.m if store.full else S.size)
+        approx = self._from_base(S, D) if store.full and self.base is not None else None
+        K_SS = None
+        if approx is None:
+            if not store.full:
+                K_SS = store.block(S)
+            approx = self._refactor(S, D, K_SS)
+            if approx is None:
+                return None
+        if store.full:
+            rows = store.slot[S]
+
+            def matvec(v: np.ndarray) -> np.ndarray:
+                return nk.rows_combination(store.cache, rows, v, buf)[S]
+        else:
+            ar = np.arange(S.size, dtype=np.int64)
+
+            def matvec(v: np.ndarray) -> np.ndarray:
+                return nk.rows_combination(K_SS, ar, v, buf)
+        r = t.copy()
+        x = np.zeros(t.size)
+        prev = best = np.inf
+        x_best = x
+        for _ in range(_REFINE_MAX):
+            x = x + approx(r)
+            r = t - (matvec(x) + D * x)
+            res = float(np.abs(r).max())
+            if res < best:
+                best, x_best = res, x
+            if res <= target or not res < 0.5 * prev:
+                break
+            prev = res
+        return x_best
+
+    def _refactor(self, S: np.ndarray, D: np.ndarray, K_SS: np.ndarray | None):
+        """Factor this face (it becomes the base); returns its float32 solve."""
+        self.base, self.fac = None, None  # the old factor goes before the new one is made
+        self.pos[:] = -1
+        self.ycol[:] = -1
+        self.ycols = []
+        if K_SS is None:
+            A = self.store.block(S, np.float32)
+        else:
+            A = buffers.empty(K_SS.shape, np.float32)
+            A[...] = K_SS
+        A[np.diag_indices_from(A)] += D.astype(np.float32)
+        try:
+            fac = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+        except LinAlgError:
+            return None
+        self.n_factored += 1
+        if self.store.full:  # only the full-matrix mode updates (it has K's rows at hand)
+            self.base, self.base_D, self.fac = S.copy(), D.copy(), fac
+            self.pos[S] = np.arange(S.size)
+
+        def solve(v: np.ndarray) -> np.ndarray:
+            return cho_solve(fac, v.astype(np.float32), check_finite=False)
+
+        return solve
+
+    def _inverse_columns(self, R: np.ndarray) -> np.ndarray:
+        """``A_B^-1 E_R`` (float32), from the columns kept since the base was factored plus
+        the missing ones (successive faces mostly remove more of the same rows)."""
+        have = self.ycol[R] >= 0
+        miss = R[~have]
+        if miss.size:
+            n = self.base.size
+            E = np.zeros((n, miss.size), dtype=np.float32)
+            E[miss, np.arange(miss.size)] = 1.0
+            cols = cho_solve(self.fac, E, check_finite=False)
+            self.ycol[miss] = np.arange(len(self.ycols), len(self.ycols) + miss.size)
+            self.ycols.extend(cols.T)
+        return np.stack([self.ycols[c] for c in self.ycol[R]], axis=1)
+
+    def _from_base(self, S: np.ndarray, D: np.ndarray):
+        """The float32 solve of this face from the base factor, or ``None`` when the face
+        differs from the base by more than ``_UPDATE_SHARE`` of its rows (or the bordered
+        systems are not numerically positive definite)."""
+        base, fac, store = self.base, self.fac, self.store
+        n = base.size
+        p = self.pos[S]
+        same = p >= 0
+        same[same] = self.base_D[p[same]] == D[same]
+        tp = p[same]
+        kept = np.zeros(n, dtype=bool)
+        kept[tp] = True
+        R = np.flatnonzero(~kept)
+        new = np.flatnonzero(~same)
+        if R.size + new.size > _UPDATE_SHARE * n:
+            return None
+        try:
+            if R.size:
+                Y = self._inverse_columns(R)
+                C = cho_factor(Y[R].astype(np.float64), lower=True, check_finite=False)
+
+            def solve_kept(V: np.ndarray) -> np.ndarray:
+                Z = np.zeros((n, V.shape[1]), dtype=np.float32)
+                Z[tp] = V
+                Z = cho_solve(fac, Z, check_finite=False)
+                if R.size:
+                    Z -= Y @ cho_solve(C, Z[R].astype(np.float64),
+                                       check_finite=False).astype(np.float32)
+                return Z[tp]
+
+            if new.size:
+                T = S[same]
+                K_NS = store.cache[store.slot[S[new]]]  # the new rows of K (all columns)
+                B = np.ascontiguousarray(K_NS[:, T].T, dtype=np.float32)  # A_TN
+                W = solve_kept(B).astype(np.float64)
+                Sc = K_NS[:, S[new]].astype(np.float64)
+                Sc[np.diag_indices_from(Sc)] += D[new]
+                # fails when new rows are nearly in the span of the kept ones at this float32
+                # accuracy of W: the face is then factored anew
+                Sc_f = cho_factor(Sc - B.T.astype(np.float64) @ W, lower=True,
+                                  check_finite=False)
+        except LinAlgError:
+            return None
+        self.n_updated += 1
+
+        def solve(v: np.ndarray) -> np.ndarray:
+            x = np.empty(v.size)
+            y_t = solve_kept(v[same].astype(np.float32)[:, None])[:, 0].astype(np.float64)
+            if new.size:
+                x_n = cho_solve(Sc_f, v[new] - B.T.astype(np.float64) @ y_t,
+                                check_finite=False)
+                x[new] = x_n
+                y_t = y_t - W @ x_n
+            x[same] = y_t
+            return x
+
+        return solve
 
 
 def _pcg(matvec, D, pinv, t, x, target: float, max_iter: int,
@@ -443,6 +595,14 @@ def _pcg(matvec, D, pinv, t, x, target: float, max_iter: int,
     return x, used
 
 
+def _face_stalled(hist: list[int], window: int = 5) -> bool:
+    """Whether coordinate descent has stopped shrinking the predicted face: the smallest of
+    the last ``window`` epochs' faces is not ``_FACE_SHRINK`` below the smallest of the
+    ``window`` before."""
+    return len(hist) >= 2 * window and \
+        min(hist[-window:]) > _FACE_SHRINK * min(hist[-2 * window:-window])
+
+
 def _epochs_left(kkts: list[float], tol: float) -> float:
     """Epochs coordinate descent still needs, extrapolating its linear rate between the
     middle and the end of the history (minima over 5 epochs damp the oscillation)."""
@@ -458,11 +618,13 @@ def _epochs_left(kkts: list[float], tol: float) -> float:
 
 def _active_set_newton(store: _ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol,
                        budget: int, abort: Callable[[], bool] | None = None,
-                       direct_max: int = 0) -> tuple[bool, bool]:
+                       direct_max: int = 0, faces: _FaceSystems | None = None
+                       ) -> tuple[bool, bool]:
     """Primal-dual active-set (semismooth Newton) solve of the dual.
 
-    ``direct_max > 0``: each face system is solved exactly by Cholesky (``store.block``, in
-    either kernel mode) and the attempt ends when a face exceeds ``direct_max`` rows;
+    ``direct_max > 0``: each face system is solved exactly by ``faces``
+    (:class:`_FaceSystems`, Cholesky in either kernel mode, reusing the last factor for
+    nearby faces) and the attempt ends when a face exceeds ``direct_max`` rows;
     ``direct_max == 0``: preconditioned CG (full-matrix mode only).
 
     Each instance is in one of three states: Z (zeta > 0), B (beta > 0) or O (both 0).  For a
@@ -523,8 +685,8 @@ def _active_set_newton(store: _ColumnStore, kdiag, y, alpha, f, dz, db, theta, t
         left = budget - used
         if left <= 1:
             break
-        if S.size <= direct_max:
-            x = _face_solve(store, S, D, t, 1e-3 * tol)
+        if S.size <= direct_max and faces is not None:
+            x = faces.solve(S, D, t, 1e-3 * tol if tight else loose)
             if x is None:
                 break
             used += 1 + int(S.size * S.size // (6 * m))

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
 
 from solver import _numba_kernels as nk
+from solver.exceptions import convergence_warning
 from solver.formulation import ODMParams, dual_objective
 from solver.inputs import as_generator, check_alpha0, check_X, check_y
 from solver.kernels import row_sq_norms
@@ -151,6 +151,7 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
         if not converged and not stopped:
             warnings.warn(
                 f"linear ODM dual coordinate descent did not converge in {max_iter} epochs "
-                f"(KKT violation {kkt:.3g} > tol {tol:g})", ConvergenceWarning, stacklevel=2)
+                f"(KKT violation {kkt:.3g} > tol {tol:g})",
+                convergence_warning(), stacklevel=2)
     obj = dual_objective(_margins(X, y, w), alpha, params, m_scale)
     return LinearDualResult(alpha, w, n_iter, kkt, obj, converged, stopped, newton_steps)

@@ -315,10 +315,40 @@ def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
     S = np.arange(0, 300, 2, dtype=np.int64)
     D = np.full(S.size, 1e-4)
     t = np.random.default_rng(0).normal(size=S.size)
-    x = dk._face_solve(store, S, D, t, 1e-9)
+    x = dk._FaceSystems(store).solve(S, D, t, 1e-9)
     A = kernel_matrix(kernel, X[S]) + np.diag(D)
     assert np.abs(A @ x - t).max() <= 1e-9
     np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-6, atol=1e-6 * np.abs(x).max())
+
+
+@pytest.mark.parametrize("cache_mb", [64.0, 0.05])
+def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
+    # after a face is factored, a face that differs by a few rows (removed, added, moved to
+    # the other side, i.e. a new diagonal entry) is solved from that factor in full-matrix
+    # mode, refactored in column-cache mode, to the same accuracy; a face with nothing in
+    # common gets a factor of its own
+    from solver import dcd_kernel as dk
+
+    X, _ = _data(m=300, n=3, seed=7)
+    kernel = Kernel("rbf", gamma=1.0)
+    store = dk._ColumnStore(X, kernel, cache_mb * (1 << 20))
+    faces = dk._FaceSystems(store)
+    rng = np.random.default_rng(0)
+    S = np.arange(0, 300, 2, dtype=np.int64)
+    S2 = np.concatenate((S[10:], [1, 3, 5, 7]))  # 10 rows out, 4 in
+    D2 = np.full(S2.size, 1e-2)
+    D2[:6] = 3e-2  # 6 rows switch side
+    far = np.arange(1, 300, 2, dtype=np.int64)
+    for face, diag in ((S, np.full(S.size, 1e-2)), (S2, D2), (far, np.full(far.size, 1e-2))):
+        t = rng.normal(size=face.size)
+        x = faces.solve(face, diag, t, 1e-10)
+        A = kernel_matrix(kernel, X[face]) + np.diag(diag)
+        assert np.abs(A @ x - t).max() <= 1e-10
+        np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-7,
+                                   atol=1e-7 * np.abs(x).max())
+        if face is S2:
+            assert (faces.n_factored, faces.n_updated) == ((1, 1) if store.full else (2, 0))
+    assert faces.n_factored == (2 if store.full else 3)
 
 
 def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
@@ -355,3 +385,16 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
                 < dual_objective(y * K @ (y * (start.alpha[:, 0] - start.alpha[:, 1])),
                                  start.alpha, params, m))
     assert (False, True) in outcomes  # some budget-limited attempt kept its progress
+
+
+def test_large_faces_wait_until_coordinate_descent_stops_shrinking_them():
+    # predicted faces per epoch of an ijcnn1 partition (steadily shrinking: keep sweeping)
+    # and a cod-rna partition (hovering: attempt the direct Newton step)
+    from solver.dcd_kernel import _face_stalled
+
+    shrinking = [9568, 9420, 8975, 8774, 8468, 8145, 8303, 8092, 7446, 7333, 7098, 6842,
+                 6693, 6727, 6664, 6313, 6234, 6126, 6185, 6014]
+    hovering = [5778, 6270, 6692, 6908, 6966, 7095, 8172, 6853, 7391, 6759]
+    assert not any(_face_stalled(shrinking[:e]) for e in range(1, len(shrinking) + 1))
+    assert not any(_face_stalled(hovering[:e]) for e in range(1, len(hovering)))
+    assert _face_stalled(hovering)
