@@ -1,12 +1,16 @@
 """Spark backend versus local backend: SODM (RBF) on cod-rna and ijcnn1 with 1 and 2 cores.
 
 For every dataset: the training file is written in the service's storage layout (Parquet +
-meta.json), the local backend fits ``SODMClassifier`` with ``n_jobs = cores`` and the Spark
-backend trains through ``worker.spark_backend.train_on_spark`` on a classic ``local[cores]``
-session (the session start-up is timed separately and not included in the training time).
-Reported: training seconds, test accuracy on the official test file, the overhead ratio
-spark / local at the same core count, and the maximum relative difference of the decision
-values on the test set.
+meta.json), the local backend fits ``SODMClassifier`` with ``n_jobs = cores`` (after one
+small warm-up fit in this process, which loads the compiled loops) and the Spark backend
+trains through ``worker.spark_backend.train_on_spark`` on a fresh classic ``local[cores]``
+session, twice: the *first* fit after the session starts (it also starts Spark's Python
+workers, imports the solver in them and warms the JVM: one-time costs of a worker process)
+and a *second*, warm fit, which is what every later job of a running service pays; the
+session start-up itself is timed separately.  Reported: training seconds, test accuracy on
+the official test file, the overhead ratio spark / local at the same core count for the warm
+and the first fit, and the maximum relative difference of the decision values on the test
+set.
 
     .venv/bin/python bench/spark_vs_local.py [--datasets cod-rna ijcnn1] [--cores 1 2]
         [--max-rows N] [--n-strata S] [--out results.json]
@@ -68,6 +72,9 @@ def main() -> None:
     if args.levels is not None:
         params["levels"] = args.levels
     results = []
+    warm_x, warm_y = load("svmguide1")
+    SODMClassifier(**params, n_jobs=max(args.cores), random_state=args.seed).fit(
+        warm_x[::2], warm_y[::2])  # compiled loops loaded, as in a running worker
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets:
             X, y = load(name)
@@ -91,6 +98,10 @@ def main() -> None:
                     spark.range(1).count()
                 t_session = time.perf_counter() - t0
                 t0 = time.perf_counter()
+                train_on_spark(ddir, params, args.seed, None, None,
+                               f"bench-{name}-{cores}-first", settings=settings)
+                t_first = time.perf_counter() - t0
+                t0 = time.perf_counter()
                 with TreeMeter() as m_spark:
                     est = train_on_spark(ddir, params, args.seed, None, None,
                                          f"bench-{name}-{cores}", settings=settings)
@@ -102,7 +113,9 @@ def main() -> None:
                     "cores": cores, "local_seconds": round(t_local, 2),
                     "spark_seconds": round(t_spark, 2),
                     "spark_session_seconds": round(t_session, 2),
+                    "spark_first_fit_seconds": round(t_first, 2),
                     "overhead_ratio": round(t_spark / t_local, 2),
+                    "first_fit_ratio": round(t_first / t_local, 2),
                     "local_cpu_seconds": round(m_local.cpu_seconds, 1),
                     "spark_cpu_seconds": round(m_spark.cpu_seconds, 1),
                     "cpu_ratio": round(m_spark.cpu_seconds / max(m_local.cpu_seconds, 1e-9),
@@ -117,12 +130,13 @@ def main() -> None:
                 results.append(row)
                 print(json.dumps(row), flush=True)
     stop_classic_session()
-    print("\n| dataset | n_train | cores | local s | spark s | ratio | acc local | acc spark |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| dataset | n_train | cores | local s | Spark s (warm) | ratio | Spark s (first "
+          "fit) | ratio | acc local | acc Spark |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['dataset']} | {r['n_train']} | {r['cores']} | {r['local_seconds']} | "
-              f"{r['spark_seconds']} | {r['overhead_ratio']} | {r['local_accuracy']} | "
-              f"{r['spark_accuracy']} |")
+              f"{r['spark_seconds']} | {r['overhead_ratio']} | {r['spark_first_fit_seconds']} "
+              f"| {r['first_fit_ratio']} | {r['local_accuracy']} | {r['spark_accuracy']} |")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
 

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ["sql", "DataInfo", "load_frame", "batch_X", "model_space", "feature_stats",
-           "label_classes"]
+__all__ = ["sql", "DataInfo", "Summary", "load_frame", "batch_X", "model_space", "summarize",
+           "batch_moments", "merge_partials"]
 
 
 def sql(obj: Any) -> tuple[Any, Any]:
@@ -49,6 +49,7 @@ class DataInfo:
     scaler_scale: np.ndarray | None = None
     fit_intercept: bool = True
     feature_cols: list[str] = field(default_factory=list)
+    n_rows: int | None = None  # meta.json's row count (the summary pass checks it)
 
     @property
     def input_cols(self) -> list[str]:
@@ -62,7 +63,9 @@ def load_frame(spark: Any, dataset_dir: Path) -> tuple[Any, DataInfo]:
     n_features = int(meta["n_features"])
     df = spark.read.parquet(str(Path(dataset_dir).resolve() / "data.parquet"))
     cols = [f"f{j}" for j in range(n_features)] if layout == "dense" else []
-    return df, DataInfo(layout=layout, n_features=n_features, feature_cols=cols)
+    n_rows = int(meta["n_rows"]) if "n_rows" in meta else None
+    return df, DataInfo(layout=layout, n_features=n_features, feature_cols=cols,
+                        n_rows=n_rows)
 
 
 def batch_X(pdf: pd.DataFrame, info: DataInfo) -> np.ndarray | sp.csr_matrix:
@@ -97,66 +100,146 @@ def model_space(X: np.ndarray | sp.csr_matrix, info: DataInfo, *, constant: bool
     return X
 
 
-def feature_stats(df: Any, info: DataInfo) -> tuple[int, np.ndarray, np.ndarray]:
-    """Row count and per-feature min / max (implicit zeros of sparse rows count), distributed.
+@dataclass
+class Summary:
+    """What one pass over the dataset tells the fit: rows, sorted labels, per-feature min /
+    max and the per-feature mean and centred sum of squares (implicit zeros of sparse rows
+    count everywhere)."""
 
-    Each Arrow batch reduces to one row of partial results; only those small rows reach the
-    driver.
+    n: int
+    classes: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    mean: np.ndarray
+    m2: np.ndarray
+    # raw rows (``row_id`` + the input columns) of the landmark candidate sample, when asked
+    candidates: pd.DataFrame | None = None
+
+    def scaled_variance(self, scale_min: np.ndarray | None,
+                        scale: np.ndarray | None) -> float:
+        """Variance of all entries of the features after the min-max map ``(x - min) *
+        scale`` (the estimator's ``gamma='scale'`` on the scaled data), from the per-feature
+        moments: ``sum_j [M2_j s_j^2 + n (mu'_j - mu')^2] / (n d)`` with ``mu'_j`` the scaled
+        feature means and ``mu'`` their average; equal to ``np.var`` of the scaled matrix up
+        to rounding."""
+        d = self.mean.shape[0]
+        if self.n == 0 or d == 0:
+            return 0.0
+        mu, m2 = self.mean, self.m2
+        if scale_min is not None and scale is not None:
+            mu, m2 = (mu - scale_min) * scale, m2 * scale * scale
+        overall = float(mu.mean())
+        return float((m2.sum() + self.n * float(((mu - overall) ** 2).sum())) / (self.n * d))
+
+
+def batch_moments(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-feature min, max, mean and centred sum of squares of one batch."""
+    n = X.shape[0]
+    if not sp.issparse(X):
+        mean = X.mean(axis=0)
+        return X.min(axis=0), X.max(axis=0), mean, ((X - mean) ** 2).sum(axis=0)
+    d = X.shape[1]
+    lo = np.asarray(X.min(axis=0).toarray()).ravel()
+    hi = np.asarray(X.max(axis=0).toarray()).ravel()
+    nnz = np.bincount(X.indices, minlength=d)
+    mean = np.bincount(X.indices, weights=X.data, minlength=d) / n
+    dev = X.data - mean[X.indices]
+    m2 = np.bincount(X.indices, weights=dev * dev, minlength=d) + (n - nnz) * mean * mean
+    return lo, hi, mean, m2
+
+
+def summarize(df: Any, info: DataInfo, sample: tuple[int, int] | None = None) -> Summary:
+    """Row count, labels, per-feature min / max and moments in one distributed pass.
+
+    Each Arrow batch reduces to one row of partial results (its distinct labels and
+    per-feature statistics); the driver merges them, the moments with Chan et al.'s pairwise
+    update, so only these small rows reach it.  ``sample = (seed, max_candidates)`` also
+    collects the raw rows of the landmark candidate sample (``solver.landmarks.is_candidate``
+    on ``row_id`` with the row count of ``meta.json``, about ``max_candidates`` rows), which
+    saves the landmark step its own pass; ``candidates`` stays ``None`` when the rows counted
+    differ from ``meta.json``.
     """
+    from solver.landmarks import is_candidate
+
     d = info.n_features
+    label_type = df.schema["label"].dataType.simpleString()
+    take = sample is not None and info.n_rows is not None
+    n_meta = int(info.n_rows or 0)
+    dense = info.layout == "dense"
 
     def partial(batches):
         for pdf in batches:
-            X = batch_X(pdf, info)
-            if X.shape[0] == 0:
+            if len(pdf) == 0:
                 continue
-            if sp.issparse(X):
-                lo = np.asarray(X.min(axis=0).toarray()).ravel()
-                hi = np.asarray(X.max(axis=0).toarray()).ravel()
-            else:
-                lo, hi = X.min(axis=0), X.max(axis=0)
-            yield pd.DataFrame({"n": [X.shape[0]], "lo": [lo.astype(np.float64)],
-                                "hi": [hi.astype(np.float64)]})
+            labels = pdf["label"]
+            X = batch_X(pdf, info)
+            lo, hi, mean, m2 = batch_moments(X)
+            row = {"n": [X.shape[0]], "missing": [bool(labels.isna().any())],
+                   "labels": [labels.dropna().unique().tolist()],
+                   "lo": [np.asarray(lo, np.float64)], "hi": [np.asarray(hi, np.float64)],
+                   "mean": [np.asarray(mean, np.float64)], "m2": [np.asarray(m2, np.float64)]}
+            if take:
+                rid = pdf["row_id"].to_numpy(dtype=np.int64)
+                keep = is_candidate(rid.astype(np.uint64), n_meta, sample[0], sample[1])
+                row["cand_ids"] = [rid[keep]]
+                if dense:
+                    row["cand_x"] = [list(X[keep])]
+                else:
+                    row["cand_idx"] = [list(pdf["indices"].to_numpy()[keep])]
+                    row["cand_val"] = [list(pdf["values"].to_numpy()[keep])]
+            yield pd.DataFrame(row)
 
-    rows = (df.select(*info.input_cols)
-            .mapInPandas(partial, "n long, lo array<double>, hi array<double>").collect())
+    schema = (f"n long, missing boolean, labels array<{label_type}>, lo array<double>, "
+              "hi array<double>, mean array<double>, m2 array<double>")
+    if take:
+        schema += (", cand_ids array<long>, cand_x array<array<double>>" if dense else
+                   ", cand_ids array<long>, cand_idx array<array<long>>, "
+                   "cand_val array<array<double>>")
+    cols = ["label", *info.input_cols] + (["row_id"] if take else [])
+    rows = [r.asDict() for r in df.select(*cols).mapInPandas(partial, schema).collect()]
+    summary = merge_partials(rows, d)
+    if take and summary.n == n_meta:
+        summary.candidates = _candidate_frame(rows, info)
+    return summary
+
+
+def _candidate_frame(rows: list[dict], info: DataInfo) -> pd.DataFrame:
+    """The collected candidate rows as a batch (``row_id`` + input columns), by row id."""
+    ids = np.concatenate([np.asarray(r["cand_ids"], dtype=np.int64) for r in rows])
+    if info.layout == "dense":
+        d = info.n_features
+        X = np.vstack([np.asarray(r["cand_x"], dtype=np.float64).reshape(-1, d)
+                       for r in rows])
+        pdf = pd.DataFrame(X, columns=info.feature_cols)
+    else:
+        pdf = pd.DataFrame({"indices": [np.asarray(a, dtype=np.int64) for r in rows
+                                        for a in r["cand_idx"]],
+                            "values": [np.asarray(a, dtype=np.float64) for r in rows
+                                       for a in r["cand_val"]]})
+    pdf.insert(0, "row_id", ids)
+    return pdf.sort_values("row_id", kind="stable").reset_index(drop=True)
+
+
+def merge_partials(rows: list[dict], d: int) -> Summary:
+    """The dataset's :class:`Summary` from the per-batch rows of :func:`summarize` (means and
+    centred sums of squares combined with Chan et al.'s pairwise update)."""
     if not rows:
         raise ValueError("the dataset has no rows")
-    n = sum(int(r["n"]) for r in rows)
-    lo = np.min(np.vstack([np.asarray(r["lo"], dtype=np.float64).reshape(1, d) for r in rows]),
-                axis=0)
-    hi = np.max(np.vstack([np.asarray(r["hi"], dtype=np.float64).reshape(1, d) for r in rows]),
-                axis=0)
-    return n, lo, hi
-
-
-def scaled_variance(df: Any, info: DataInfo) -> float:
-    """Variance of all entries of the scaled features (the estimator's ``gamma='scale'``).
-
-    Sum and sum of squares per batch, combined on the driver: ``E[x^2] - E[x]^2`` like the
-    estimator's sparse branch; for dense data this differs from ``np.var`` only by rounding.
-    """
-
-    def partial(batches):
-        for pdf in batches:
-            Xs = model_space(batch_X(pdf, info), info, constant=False)
-            size = Xs.shape[0] * Xs.shape[1]
-            data = Xs.data if sp.issparse(Xs) else np.asarray(Xs).ravel()
-            yield pd.DataFrame({"n": [size], "s": [float(data.sum())],
-                                "ss": [float(np.dot(data, data))]})
-
-    rows = df.select(*info.input_cols).mapInPandas(partial, "n long, s double, ss double") \
-        .collect()
-    n = sum(int(r["n"]) for r in rows)
-    if n == 0:
-        return 0.0
-    mean = sum(float(r["s"]) for r in rows) / n
-    return float(sum(float(r["ss"]) for r in rows) / n - mean * mean)
-
-
-def label_classes(df: Any) -> np.ndarray:
-    """The sorted distinct labels (a tiny aggregate)."""
-    vals = [r[0] for r in df.select("label").distinct().collect()]
-    if any(v is None for v in vals):
+    if any(r["missing"] for r in rows):
         raise ValueError("the dataset has missing labels")
-    return np.asarray(sorted(vals))
+    n, mean, m2 = 0, np.zeros(d), np.zeros(d)
+    for r in rows:
+        nb = int(r["n"])
+        mb = np.asarray(r["mean"], dtype=np.float64).reshape(d)
+        delta = mb - mean
+        tot = n + nb
+        mean = mean + delta * (nb / tot)
+        m2 = m2 + np.asarray(r["m2"], dtype=np.float64).reshape(d) + delta * delta * (n * nb / tot)
+        n = tot
+
+    def stack(key: str) -> np.ndarray:
+        return np.vstack([np.asarray(r[key], dtype=np.float64).reshape(1, d) for r in rows])
+
+    classes = np.asarray(sorted({v for r in rows for v in r["labels"]}))
+    return Summary(n=n, classes=classes, lo=stack("lo").min(axis=0), hi=stack("hi").max(axis=0),
+                   mean=mean, m2=m2)

@@ -21,15 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.exceptions import FitCancelled
-from solver.spark.data import (
-    batch_X,
-    feature_stats,
-    label_classes,
-    load_frame,
-    model_space,
-    scaled_variance,
-    sql,
-)
+from solver.spark.data import batch_X, load_frame, model_space, sql, summarize
 
 __all__ = ["fit_spark"]
 
@@ -70,19 +62,25 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     seed_int = _seed_for(seed)
     _set_runtime_confs(spark)
     df, info = load_frame(spark, Path(dataset_dir))
-    classes = label_classes(df)
+    from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
+
+    n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
+        else int(est.landmark_candidates)
+    # one pass: labels, rows, min / max, moments and the landmark candidates' raw rows
+    summary = summarize(df, info, sample=(seed_int, n_cand))
+    classes = summary.classes
     if len(classes) != 2:
         raise ValueError(f"the Spark backend trains two-class problems; the dataset has "
                          f"{len(classes)} classes (use the local backend for one-vs-rest)")
-    n, lo, hi = feature_stats(df, info)
-    scaler = MinMaxScaler.fit(np.vstack([lo, hi])) if est.scale else None
+    n = summary.n
+    scaler = MinMaxScaler.fit(np.vstack([summary.lo, summary.hi])) if est.scale else None
     if scaler is not None:
         info.scaler_min, info.scaler_scale = scaler.min_, scaler.scale_
     info.fit_intercept = bool(est.fit_intercept)
     if est.kernel == "linear":
         gamma = 1.0
     elif est.gamma == "scale":
-        var = scaled_variance(df, info)
+        var = summary.scaled_variance(info.scaler_min, info.scaler_scale)
         gamma = 1.0 / (info.n_features * var) if var > 0 else 1.0
     else:
         gamma = float(est.gamma)
@@ -90,13 +88,13 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     odm = est._params()
     F, _ = sql(df)
     pos = classes[1].item() if isinstance(classes[1], np.generic) else classes[1]
-    # hash-partitioned by row id so the data passes (landmarks, strata) use every core even
-    # when the file is a single split; results do not depend on the partitioning
+    # hash-partitioned by row id so the data passes (strata, the levels) use every core even
+    # when the file is a single split; results do not depend on the partitioning.  Not
+    # materialised: the strata pass checkpoints it with its own columns, one job instead of two
     base = (df.select("row_id",
                       F.when(F.col("label") == F.lit(pos), F.lit(1.0)).otherwise(F.lit(-1.0))
                       .alias("y"), *info.input_cols)
-            .repartition(_base_partitions(spark, n), "row_id")
-            .localCheckpoint(eager=True))
+            .repartition(_base_partitions(spark, n), "row_id"))
     history: list[dict] = []
     try:
         if est._uses_dsvrg():
@@ -105,8 +103,8 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
             lres = sodm_linear_spark(base, info, odm, n_rows=n, n_partitions=est.n_partitions,
                                      n_strata=est.n_strata, epochs=est.epochs,
                                      step_size=est.step_size, seed=seed_int,
-                                     tol=float(est.tol),
-                                     landmark_candidates=est.landmark_candidates,
+                                     tol=float(est.tol), landmark_candidates=n_cand,
+                                     candidates=summary.candidates,
                                      progress=progress, should_stop=should_stop)
             history = [_jsonable(r) for r in lres.history]
             if lres.stopped:
@@ -118,16 +116,20 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
             run = sodm_kernel_spark(base, info, kernel, odm, n_rows=n,
                                     p=None if est.p is None else int(est.p),
                                     levels=est.levels, n_strata=est.n_strata,
-                                    landmark_candidates=est.landmark_candidates,
+                                    landmark_candidates=n_cand,
+                                    candidates=summary.candidates,
                                     warm_start=est.warm_start_scaling,
                                     final_global_solve=est.final_global_solve,
                                     tol=float(est.tol), max_iter=int(est.max_iter),
                                     cache_size=float(est.cache_size), seed=seed_int,
                                     progress=progress, should_stop=should_stop)
-            history = [_jsonable(r) for r in run.history]
-            if run.stopped:
-                raise FitCancelled(history=history)
-            state = _kernel_state(run, info, n)
+            try:
+                history = [_jsonable(r) for r in run.history]
+                if run.stopped:
+                    raise FitCancelled(history=history)
+                state = _kernel_state(run, info, n)
+            finally:
+                run.release()
     finally:
         base.unpersist()
     fit_info = {

@@ -11,8 +11,9 @@ and the same duals:
   the previous size travels as column ``msize``);
 * the warm-start KKT check (``check_warm_start``) runs from the second solved level on, and a
   level where every group was already converged ends the run, as locally;
-* each level's output is checkpointed (lineage stays one level deep) and only per-group
-  summaries reach the driver; ``should_stop`` is polled between levels.
+* each level's output is checkpointed (lineage stays one level deep) by the same Spark job
+  that aggregates the per-group summaries, which alone reach the driver; ``should_stop`` is
+  polled between levels.
 """
 
 from __future__ import annotations
@@ -35,18 +36,21 @@ _STATS = ("objective", "kkt_violation", "warm_kkt", "n_iter", "converged", "stop
 
 @dataclass
 class KernelRun:
-    """Outcome: the final state DataFrame (data + ``zeta``, ``beta``, ``msize``, ``gid``)."""
+    """Outcome: the final state DataFrame (data + ``zeta``, ``beta``, ``msize``, ``gid``),
+    cached until :meth:`release`."""
 
     state: Any
     history: list[dict] = field(default_factory=list)
     stopped: bool = False
     last_level: int = 0
     n_rows: int = 0
+    cached: Any = None  # the persisted level output behind ``state``
 
-
-def _checkpoint(df: Any) -> Any:
-    """Materialise ``df`` and cut its lineage (local checkpoint, works under Connect too)."""
-    return df.localCheckpoint(eager=True)
+    def release(self) -> None:
+        """Drop the cached level output (call once ``state`` has been read)."""
+        if self.cached is not None:
+            self.cached.unpersist()
+            self.cached = None
 
 
 def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_rows: int,
@@ -54,9 +58,11 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
                       final_global_solve: bool | None, tol: float, max_iter: int,
                       cache_size: float, seed: int, shrinking: bool = True,
                       convergence_test: bool = True, landmark_candidates: int | None = None,
+                      candidates: pd.DataFrame | None = None,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> KernelRun:
-    """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns)."""
+    """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns);
+    ``candidates``: the landmark candidate sample's raw rows when already collected."""
     from solver.sodm import resolve_structure
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
@@ -70,62 +76,80 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
     K = p ** L
     if L > 0:
         _, Zl = select_landmarks_spark(base, info, kernel, min(S, M), M, seed=seed,
-                                       max_candidates=shape.landmark_candidates)
-        parts = assign_partitions_spark(base, info, kernel, Zl, K, seed)
-        data = base.join(parts.select("row_id", "part"), "row_id")
+                                       max_candidates=shape.landmark_candidates,
+                                       candidates=candidates)
+        data, strata = assign_partitions_spark(base, info, kernel, Zl, K, seed)
+        data = data.drop("stratum")
     else:
-        data = base.withColumn("part", F.lit(0).cast("long"))
-    state = _checkpoint(data.withColumn("zeta", F.lit(0.0)).withColumn("beta", F.lit(0.0))
-                        .withColumn("msize", F.lit(0.0)))
+        data, strata = base.withColumn("part", F.lit(0).cast("long")), None
+    # the first level reads this lazily (the strata are checkpointed; no pass of its own)
+    state = data.withColumn("zeta", F.lit(0.0)).withColumn("beta", F.lit(0.0)) \
+        .withColumn("msize", F.lit(0.0))
     schedule = list(range(L, 0, -1)) + ([0] if final or L == 0 else [])
     run = KernelRun(state=state, n_rows=M)
     first = True
     jump_to_global = False
     data_cols = [c for c in state.columns if c not in ("zeta", "beta", "msize")]
-    for step, lvl in enumerate(schedule):
-        if jump_to_global and lvl != 0:
-            continue
-        if should_stop is not None and should_stop():
-            run.stopped = True
-            break
-        t0 = time.perf_counter()
-        div = p ** (L - lvl) if lvl > 0 else K
-        check = convergence_test and not first
-        rescale = warm_start == "rescale" and not first
-        solve = _make_solver(info, kernel, params, seed=seed, level=lvl, tol=tol,
-                             max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
-                             check=check, rescale=rescale, data_cols=data_cols)
-        n_groups = p ** lvl
-        grouped = state.withColumn("gid", F.floor(F.col("part") / F.lit(div)).cast("long")
-                                   if lvl > 0 else F.lit(0).cast("long"))
-        out_schema = _out_schema(state)
-        new_state = _checkpoint(
-            grouped.repartition(max(1, n_groups), "gid")
-            .groupBy("gid").applyInPandas(solve, out_schema))
-        stats = [r.asDict() for r in new_state.groupBy("gid").agg(
-            *[F.first(c).alias(c) for c in _STATS], F.count("*").alias("size"),
-            F.sum(F.when(F.col("zeta") + F.col("beta") > 0, 1).otherwise(0)).alias("nsv"),
-        ).collect()]
-        state.unpersist()
-        state = new_state.select(*data_cols, "zeta", "beta", "msize")
-        first = False
-        rec = _record(lvl, stats, time.perf_counter() - t0, time.perf_counter() - t_start)
-        all_skipped = check and all(bool(s["skipped"]) for s in stats)
-        rec["converged_early"] = bool(all_skipped)
-        run.history.append(rec)
-        run.last_level = lvl
-        stopped = any(bool(s["stopped"]) for s in stats)
-        if progress is not None:
-            msg = (f"level {lvl}: {rec['partitions']} partitions of <= "
-                   f"{rec['partition_size']} rows, KKT {rec['kkt_violation']:.3g}")
-            progress((step + 1) / len(schedule), msg, rec)
-        if stopped:
-            run.stopped = True
-            break
-        if all_skipped and lvl > 0:
-            if not final:
+    pending = None
+    try:
+        for step, lvl in enumerate(schedule):
+            if jump_to_global and lvl != 0:
+                continue
+            if should_stop is not None and should_stop():
+                run.stopped = True
                 break
-            jump_to_global = True
+            t0 = time.perf_counter()
+            div = p ** (L - lvl) if lvl > 0 else K
+            check = convergence_test and not first
+            rescale = warm_start == "rescale" and not first
+            solve = _make_solver(info, kernel, params, seed=seed, level=lvl, tol=tol,
+                                 max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
+                                 check=check, rescale=rescale, data_cols=data_cols)
+            n_groups = p ** lvl
+            grouped = state.withColumn("gid", F.floor(F.col("part") / F.lit(div)).cast("long")
+                                       if lvl > 0 else F.lit(0).cast("long"))
+            out_schema = _out_schema(state)
+            # cached (memory, spilling to disk): the summary aggregate below is the job that
+            # solves the level and fills the cache
+            new_state = (grouped.repartition(max(1, n_groups), "gid")
+                         .groupBy("gid").applyInPandas(solve, out_schema).persist())
+            pending = new_state
+            stats = [r.asDict() for r in new_state.groupBy("gid").agg(
+                *[F.first(c).alias(c) for c in _STATS], F.count("*").alias("size"),
+                F.sum(F.when(F.col("zeta") + F.col("beta") > 0, 1).otherwise(0)).alias("nsv"),
+            ).collect()]
+            run.release()  # the level before (read by this one)
+            run.cached, pending = new_state, None
+            if strata is not None:  # the first level has read it
+                strata.unpersist()
+                strata = None
+            state = new_state.select(*data_cols, "zeta", "beta", "msize")
+            first = False
+            rec = _record(lvl, stats, time.perf_counter() - t0, time.perf_counter() - t_start)
+            all_skipped = check and all(bool(s["skipped"]) for s in stats)
+            rec["converged_early"] = bool(all_skipped)
+            run.history.append(rec)
+            run.last_level = lvl
+            stopped = any(bool(s["stopped"]) for s in stats)
+            if progress is not None:
+                msg = (f"level {lvl}: {rec['partitions']} partitions of <= "
+                       f"{rec['partition_size']} rows, KKT {rec['kkt_violation']:.3g}")
+                progress((step + 1) / len(schedule), msg, rec)
+            if stopped:
+                run.stopped = True
+                break
+            if all_skipped and lvl > 0:
+                if not final:
+                    break
+                jump_to_global = True
+    except BaseException:  # an interrupted or failed level: nothing stays cached
+        if pending is not None:
+            pending.unpersist()
+        run.release()
+        raise
+    finally:
+        if strata is not None:  # stopped or failed before the first level finished
+            strata.unpersist()
     run.state = state
     return run
 

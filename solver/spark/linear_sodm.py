@@ -108,6 +108,7 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
                       n_partitions: int | None, n_strata: int | None, epochs: int | None,
                       step_size: float | None, seed: int, tol: float = 1e-3,
                       landmark_candidates: int | None = None,
+                      candidates: pd.DataFrame | None = None,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> LinearRun:
     """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
@@ -128,12 +129,15 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
         linear = Kernel("linear")
         cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
             else int(landmark_candidates)
-        _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M, seed, cand)
-        parts = base.join(assign_partitions_spark(base, info, linear, Zl, K, seed)
-                          .select("row_id", "part"), "row_id")
+        _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M, seed, cand,
+                                       candidates)
+        parts, strata = assign_partitions_spark(base, info, linear, Zl, K, seed)
+        parts = parts.drop("stratum")
     else:
-        parts = base.withColumn("part", F.lit(0).cast("long"))
+        parts, strata = base.withColumn("part", F.lit(0).cast("long")), None
     packed, d = _pack(parts, info)
+    if strata is not None:
+        strata.unpersist()
 
     if step_size is None:
         def max_row(batches):

@@ -5,17 +5,19 @@ data (at most the landmark candidate sample):
 
 * Landmarks among a bounded candidate sample (the default, ``solver.sodm``'s
   ``landmark_candidates``): the candidates (``splitmix64(seed, row_id)`` below the local
-  threshold) are collected, a few MB, and the local selection runs on them in the driver.
-* Landmarks among all rows (pivoted incomplete Cholesky, largest residual first, ties to the
-  lowest row index, stop when the residual is ``<= 1e-10`` times the largest diagonal):
-  ``S`` passes.
+  threshold; every row when there are fewer rows) are collected, a few MB, and the local
+  selection runs on them in the driver.  The fit collects them in its statistics pass
+  (``solver.spark.data.summarize``), so the landmarks cost no Spark job of their own.
+* Landmarks among all rows, unbounded (``max_candidates=None``; pivoted incomplete
+  Cholesky, largest residual first, ties to the lowest row index, stop when the residual is
+  ``<= 1e-10`` times the largest diagonal): ``S`` passes.
   Pass ``s`` broadcasts the ``s`` pivots chosen so far (their rows, their Cholesky rows and
   residuals), every executor recomputes its rows' factor columns with exactly the local
   recursion ``l_t = (k(z, p_t) - l[:t].lp_t[:t]) / sqrt(r(p_t))``, ``r -= l_t^2`` (one kernel
   column per pivot, like the local code), and reduces its batch to the candidate with the
   largest residual; the driver keeps the best (S small rows per pass).
 * Strata: ``solver.landmarks.assign_strata`` on each Arrow batch against the broadcast
-  landmark rows.
+  landmark rows, in one checkpointed pass that carries the data along (no join back).
 * Dealing: ``key = splitmix64(seed, row_id)`` (``solver.partition``), mapped to a signed
   long that sorts like the unsigned key; ``rank = row_number() over (partition by stratum
   order by key, row_id) - 1``; ``part = (rank + offset[stratum]) mod K`` with offsets from
@@ -46,49 +48,59 @@ def _dense_rows(Z) -> np.ndarray:
     return Z.toarray() if hasattr(Z, "toarray") else np.asarray(Z)
 
 
-def _candidate_landmarks(base: Any, info: DataInfo, kernel: Any, n_landmarks: int,
-                         n_rows: int, seed: int, max_candidates: int
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """The bounded-candidate rule of ``solver.landmarks``: the rows whose
-    ``splitmix64(seed, row_id)`` key is below the threshold (about ``max_candidates`` of
-    them, a few MB) are collected in row-id order and the local greedy selection runs on
-    them in the driver: one Spark job instead of one per landmark."""
-    from solver.landmarks import is_candidate, select_landmarks
+def _collect_candidates(base: Any, info: DataInfo, n_rows: int, seed: int,
+                        max_candidates: int) -> pd.DataFrame:
+    """The raw rows (``row_id`` + input columns) whose ``splitmix64(seed, row_id)`` key is
+    below the threshold, about ``max_candidates`` of them (a few MB), in row-id order (the
+    first row when the sample is empty, as the local rule)."""
+    from solver.landmarks import is_candidate
+
+    cols = ["row_id", *info.input_cols]
 
     def sample(batches):
         for pdf in batches:
-            if len(pdf) == 0:
-                continue
             rid = pdf["row_id"].to_numpy(dtype=np.int64)
             keep = is_candidate(rid.astype(np.uint64), n_rows, seed, max_candidates)
             if keep.any():
-                pdf, Z = _sorted_model_rows(pdf[keep], info)
-                yield pd.DataFrame({"row_id": pdf["row_id"].to_numpy(dtype=np.int64),
-                                    "z": list(_dense_rows(Z))})
+                yield pdf[keep]
 
-    rows = (base.select("row_id", *info.input_cols)
-            .mapInPandas(sample, "row_id long, z array<double>").collect())
-    if not rows:  # the local rule falls back to the first row
-        first = base.select("row_id", *info.input_cols).orderBy("row_id").limit(1).toPandas()
-        _, Z = _sorted_model_rows(first, info)
-        return first["row_id"].to_numpy(dtype=np.int64), _dense_rows(Z)
-    rows.sort(key=lambda r: r["row_id"])
-    rid = np.asarray([r["row_id"] for r in rows], dtype=np.int64)
-    Zc = np.vstack([np.asarray(r["z"], dtype=np.float64) for r in rows])
+    schema = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
+                       for f in base.select(*cols).schema.fields)
+    pdf = base.select(*cols).mapInPandas(sample, schema).toPandas()
+    if len(pdf) == 0:
+        pdf = base.select(*cols).orderBy("row_id").limit(1).toPandas()
+    return pdf.sort_values("row_id", kind="stable").reset_index(drop=True)
+
+
+def landmarks_from_candidates(candidates: pd.DataFrame, info: DataInfo, kernel: Any,
+                              n_landmarks: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The local greedy selection (``solver.landmarks.select_landmarks``) on the candidate
+    rows (raw, in row-id order) put in model space: row ids and model-space rows."""
+    from solver.landmarks import select_landmarks
+
+    pdf, Z = _sorted_model_rows(candidates, info)
+    rid = pdf["row_id"].to_numpy(dtype=np.int64)
+    Zc = _dense_rows(Z)
     idx = select_landmarks(Zc, kernel, n_landmarks, seed, tol=LANDMARK_TOL)
     return rid[idx], Zc[idx]
 
 
 def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: int,
-                           n_rows: int, seed: int = 0, max_candidates: int | None = None
+                           n_rows: int, seed: int = 0, max_candidates: int | None = None,
+                           candidates: pd.DataFrame | None = None
                            ) -> tuple[np.ndarray, np.ndarray]:
     """Row ids (selection order) and model-space rows of up to ``n_landmarks`` landmarks,
-    among all rows, or among about ``max_candidates`` sampled ones (seeded by ``seed``)."""
+    among about ``max_candidates`` sampled rows (seeded by ``seed``; all rows when there are
+    fewer), collected to the driver unless ``candidates`` (that sample's raw rows, from
+    ``solver.spark.data.summarize``) is given; ``max_candidates=None``: among all rows, one
+    distributed pass per landmark."""
     from solver.kernels import kernel_diag, kernel_matrix
 
-    if max_candidates is not None and int(max_candidates) < int(n_rows):
-        return _candidate_landmarks(base, info, kernel, int(n_landmarks), int(n_rows),
-                                    int(seed), int(max_candidates))
+    if max_candidates is not None:
+        if candidates is None:
+            candidates = _collect_candidates(base, info, int(n_rows), int(seed),
+                                             int(max_candidates))
+        return landmarks_from_candidates(candidates, info, kernel, int(n_landmarks), int(seed))
     S = min(int(n_landmarks), int(n_rows))
     pivots_z: list[np.ndarray] = []
     pivots_l = np.zeros((S, S))
@@ -146,8 +158,11 @@ def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: 
 
 
 def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: np.ndarray,
-                            n_partitions: int, seed: int) -> Any:
-    """DataFrame ``row_id, stratum, part`` (finest partition) reproducing the local dealing."""
+                            n_partitions: int, seed: int) -> tuple[Any, Any]:
+    """``base``'s rows with ``stratum`` and ``part`` (finest partition) reproducing the local
+    dealing: one pass assigns the strata (checkpointed, so the per-stratum counts and the
+    dealing read it instead of assigning again), the dealing is a window over it.  Returns
+    ``(rows, checkpoint)``: unpersist the checkpoint once ``rows`` has been materialised."""
     from solver.landmarks import assign_strata
     from solver.partition import splitmix64
 
@@ -161,12 +176,13 @@ def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: n
                 continue
             pdf, Z = _sorted_model_rows(pdf, info)
             rid = pdf["row_id"].to_numpy(dtype=np.int64)
-            st = assign_strata(Z, Zl, kernel)
-            key = (splitmix64(seed, rid) ^ _SIGN).view(np.int64)
-            yield pd.DataFrame({"row_id": rid, "stratum": st.astype(np.int64), "key": key})
+            pdf["stratum"] = assign_strata(Z, Zl, kernel).astype(np.int64)
+            pdf["key"] = (splitmix64(seed, rid) ^ _SIGN).view(np.int64)
+            yield pdf
 
-    sk = base.select("row_id", *info.input_cols).mapInPandas(
-        strata, "row_id long, stratum long, key long")
+    schema = ", ".join([f"`{f.name}` {f.dataType.simpleString()}" for f in base.schema.fields]
+                       + ["stratum long", "key long"])
+    sk = base.mapInPandas(strata, schema).localCheckpoint(eager=True)
     counts = {int(r["stratum"]): int(r["count"])
               for r in sk.groupBy("stratum").count().collect()}
     offsets, acc = [], 0
@@ -178,4 +194,4 @@ def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: n
                        (F.col("stratum") + F.lit(1)).cast("int"))
     return (sk.withColumn("rank", F.row_number().over(w) - F.lit(1))
             .withColumn("part", F.pmod(F.col("rank") + off.cast("long"), F.lit(K)))
-            .select("row_id", "stratum", "part"))
+            .drop("rank", "key")), sk

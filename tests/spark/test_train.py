@@ -126,7 +126,9 @@ def test_cancel_stops_spark_training(kind: str, request: pytest.FixtureRequest,
     settings = request.getfixturevalue(f"{kind}_settings")
     flag = threading.Event()
     threading.Timer(4.0, flag.set).start()
-    params = {**KERNEL_PARAMS, "n_strata": 60}  # many landmark passes: still running at 4 s
+    # one local solve that never meets its tolerance: still running at 4 s, for minutes
+    params = {"kernel": "rbf", "gamma": 10.0, "lam": 1e8, "tol": 1e-16, "max_iter": 200_000,
+              "levels": 0}
     t0 = time.monotonic()
     with pytest.raises(FitCancelled):
         train_on_spark(spark_dataset, params, SEED, None, flag.is_set, f"cancel-train-{kind}",
@@ -138,6 +140,27 @@ def test_cancel_stops_spark_training(kind: str, request: pytest.FixtureRequest,
 
         sc = SparkContext._active_spark_context
         assert sc is not None and list(sc.statusTracker().getActiveJobsIds()) == []
+        assert _cache_is_empty()
+
+
+def _cache_is_empty() -> bool:
+    """Whether this process's classic session holds no cached DataFrame."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    return bool(spark._jsparkSession.sharedState().cacheManager().isEmpty())
+
+
+def test_level_outputs_are_not_left_cached(local_settings, spark_dataset: Path) -> None:
+    """Each level's output is cached while the next level reads it and dropped after; the
+    last one once the support vectors are collected (a long-lived session must not fill
+    up job after job)."""
+    levels: list[int] = []
+    train_on_spark(spark_dataset, KERNEL_PARAMS, SEED, lambda f, m, r: levels.append(r["level"]),
+                   None, "train-cache", settings=local_settings)
+    assert levels == [2, 1]
+    assert _cache_is_empty()
 
 
 def _write_sparse(directory: Path, X: np.ndarray, y: np.ndarray) -> Path:
