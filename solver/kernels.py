@@ -112,14 +112,18 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
     """Dense kernel matrix ``K[i, j] = k(A_i, B_j)`` (``B`` defaults to ``A``).
 
     Computed in row blocks of ``A`` so that temporaries stay under ``block_elems`` entries;
-    when ``B`` is omitted only the upper block triangle is computed and then mirrored.
+    when ``B`` is omitted and ``A`` is sparse only the upper block triangle is computed and
+    then mirrored.
     ``out`` (shape ``(len(A), len(B))``, C-contiguous rows) may be given to fill an existing
-    buffer, e.g. a float32 cache.
+    buffer, e.g. a float32 cache.  For dense ``A`` and no ``B`` every block is computed
+    (faster than mirroring): ``K[i, j]`` and ``K[j, i]`` may then differ in the last bit.
     """
     kernel.validate()
     A = _check(A)
-    sym = B is None
-    B = A if sym else _check(B)
+    # only the upper block triangle, mirrored, for sparse input (its products are the cost);
+    # dense blocks are cheaper to compute than to mirror (a transposed copy)
+    sym = B is None and sp.issparse(A)
+    B = A if B is None else _check(B)
     if A.shape[1] != B.shape[1]:
         raise ValueError(f"A has {A.shape[1]} features but B has {B.shape[1]}")
     nA, nB = A.shape[0], B.shape[0]
@@ -134,11 +138,20 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
     step = max(1, block_elems // max(nB, 1))
     if sym:
         step = max(step, 256)
+    dense = not sp.issparse(A) and not sp.issparse(B)
+    # one inner-product buffer for every dense block: a fresh block per BLAS call would be
+    # fresh pages from the OS each time, and their first-touch faults cost more than the
+    # product here (see solver.buffers)
+    G_buf = buffers.empty(min(nA, step) * nB, np.float64) if dense and nA > step else None
     for s in range(0, nA, step):
         e = min(nA, s + step)
         c0 = s if sym else 0
         Bc = B[c0:] if sym else B
-        G = _dot_block(A[s:e], Bc)
+        if G_buf is not None:
+            G = G_buf[: (e - s) * Bc.shape[0]].reshape(e - s, Bc.shape[0])
+            np.dot(A[s:e], Bc.T, out=G)
+        else:
+            G = _dot_block(A[s:e], Bc)
         if G.dtype != np.float64 or not G.flags.c_contiguous or not G.flags.writeable:
             G = np.ascontiguousarray(G, dtype=np.float64)
         _finish_into(kernel, G, None if sa is None else sa[s:e],
