@@ -188,6 +188,8 @@ def warmup() -> None:
                      1.0, 1.0, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12)
     pair_violations(f, y, a, 1.0, 1.0, 0.1, np.empty(2))
     violations_from_margins(f, a, 1.0, 1.0, 0.1, np.empty(2))
+    rbf_combination(np.eye(2), f, f, 1.0, np.ones((2, 1)), np.zeros((2, 1)))
+    poly_combination(np.eye(2), 1.0, 1.0, 3, np.ones((2, 1)), np.zeros((2, 1)))
 
 
 # ------------------------------------------------------------------ kernel-block finishing
@@ -259,3 +261,41 @@ def rows_combination(cache, rows, coef, out):
         for j in range(m):
             out[j] += c * row[j]
     return out
+
+
+@njit(cache=True, fastmath=True)
+def rbf_combination(G, sa, sb, gamma, coef, out):
+    """``out[i] += sum_j exp(-gamma * max(0, sa_i + sb_j - 2 G_ij)) coef[j]`` (``coef``
+    ``(m, k)``, ``out`` ``(n, k)``): kernel values summed as they are made, never stored."""
+    n, m = G.shape
+    k = coef.shape[1]
+    for i in range(n):
+        g = G[i]
+        s = sa[i]
+        if k == 1:
+            acc = 0.0
+            for j in range(m):
+                d = min(2.0 * g[j] - s - sb[j], 0.0)
+                acc += _exp_neg(gamma * d) * coef[j, 0]
+            out[i, 0] += acc
+        else:
+            for j in range(m):
+                kv = _exp_neg(gamma * min(2.0 * g[j] - s - sb[j], 0.0))
+                for c in range(k):
+                    out[i, c] += kv * coef[j, c]
+
+
+@njit(cache=True, fastmath=True)
+def poly_combination(G, gamma, coef0, degree, coef, out):
+    """``out[i] += sum_j (gamma G_ij + coef0)^degree coef[j]`` (as :func:`rbf_combination`)."""
+    n, m = G.shape
+    k = coef.shape[1]
+    for i in range(n):
+        g = G[i]
+        for j in range(m):
+            t = gamma * g[j] + coef0
+            kv = 1.0
+            for _ in range(degree):
+                kv *= t
+            for c in range(k):
+                out[i, c] += kv * coef[j, c]

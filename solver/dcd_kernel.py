@@ -64,7 +64,7 @@ from solver import buffers
 from solver.exceptions import convergence_warning
 from solver.formulation import ODMParams, dual_objective
 from solver.inputs import as_generator, check_alpha0, check_X, check_y
-from solver.kernels import Kernel, kernel_diag, kernel_matrix
+from solver.kernels import Kernel, kernel_combination, kernel_diag, kernel_matrix
 
 __all__ = ["DualResult", "solve_kernel_dual", "kernel_kkt_violation", "kernel_decision"]
 
@@ -123,20 +123,14 @@ class DualResult:
 
 def kernel_decision(X, kernel: Kernel, nu: np.ndarray, Z=None, *,
                     block_elems: int = 1 << 22) -> np.ndarray:
-    """``f(z_j) = sum_i nu_i k(x_i, z_j)`` for every row of ``Z`` (default ``X``), in blocks
-    over the nonzero coefficients so only ``O(block)`` kernel entries exist at once."""
+    """``f(z_j) = sum_i nu_i k(x_i, z_j)`` for every row of ``Z`` (default ``X``), over the
+    nonzero coefficients, ``O(block)`` inner products at a time
+    (:func:`solver.kernels.kernel_combination`)."""
     Z = X if Z is None else Z
     nz = np.flatnonzero(nu)
-    out = np.zeros(Z.shape[0])
     if nz.size == 0:
-        return out
-    Xs = X[nz]
-    nus = nu[nz]
-    step = max(1, block_elems // max(nz.size, 1))
-    for s in range(0, Z.shape[0], step):
-        e = min(Z.shape[0], s + step)
-        out[s:e] = kernel_matrix(kernel, Z[s:e], Xs) @ nus
-    return out
+        return np.zeros(Z.shape[0])
+    return kernel_combination(kernel, Z, X[nz], nu[nz], block_elems=block_elems)
 
 
 def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,

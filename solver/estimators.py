@@ -357,15 +357,10 @@ class _ODMBase(ClassifierMixin, BaseEstimator):
         out = np.zeros((n, self.dual_coef_.shape[0]))
         if n_sv == 0 or n == 0:
             return out
-        svz = self._svz
-        kernel = self._make_kernel(self.gamma_)
-        from solver.kernels import kernel_matrix
+        from solver.kernels import kernel_combination
 
-        step = max(1, _PREDICT_BLOCK_BYTES // (8 * n_sv))
-        for start in range(0, n, step):
-            Kb = kernel_matrix(kernel, Z[start:start + step], svz)
-            out[start:start + step] = np.asarray(Kb) @ self.dual_coef_.T
-        return out
+        return kernel_combination(self._make_kernel(self.gamma_), Z, self._svz,
+                                  self.dual_coef_.T, block_elems=_PREDICT_BLOCK_BYTES // 8)
 
     def score(self, X, y, sample_weight=None) -> float:
         """Mean accuracy of ``predict(X)`` against y (labels compared as given)."""

@@ -20,6 +20,7 @@ __all__ = [
     "Kernel",
     "KERNEL_NAMES",
     "kernel_matrix",
+    "kernel_combination",
     "kernel_diag",
     "row_sq_norms",
     "rkhs_sq_distance",
@@ -161,6 +162,47 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
             e = min(nA, s + step)
             out[e:, s:e] = out[s:e, e:].T
     return out
+
+
+def kernel_combination(kernel: Kernel, A, B, coef, *,
+                       block_elems: int = _BLOCK_ELEMS) -> np.ndarray:
+    """``K(A, B) @ coef`` for ``coef`` of shape ``(len(B),)`` or ``(len(B), k)``: decision
+    values without storing the kernel.  Row blocks of ``A`` (``block_elems`` inner products
+    at a time, in one reused buffer for dense input) are turned into kernel values and summed
+    against ``coef`` in one compiled pass; the linear kernel is ``A @ (B' coef)``."""
+    kernel.validate()
+    A, B = _check(A), _check(B)
+    if A.shape[1] != B.shape[1]:
+        raise ValueError(f"A has {A.shape[1]} features but B has {B.shape[1]}")
+    coef = np.asarray(coef, dtype=np.float64)
+    vector = coef.ndim == 1
+    C = np.ascontiguousarray(coef.reshape(B.shape[0], -1))
+    nA, nB = A.shape[0], B.shape[0]
+    out = np.zeros((nA, C.shape[1]))
+    if nA and nB:
+        if kernel.name == "linear":
+            out[...] = np.asarray(A @ np.asarray(B.T @ C)).reshape(nA, -1)
+        else:
+            from solver import _numba_kernels as nk
+
+            sa = row_sq_norms(A) if kernel.name == "rbf" else None
+            sb = row_sq_norms(B) if kernel.name == "rbf" else None
+            step = max(1, block_elems // nB)
+            dense = not sp.issparse(A) and not sp.issparse(B)
+            G_buf = buffers.empty(min(nA, step) * nB, np.float64) if dense else None
+            for s in range(0, nA, step):
+                e = min(nA, s + step)
+                if G_buf is not None:
+                    G = G_buf[: (e - s) * nB].reshape(e - s, nB)
+                    np.dot(A[s:e], B.T, out=G)
+                else:
+                    G = np.ascontiguousarray(_dot_block(A[s:e], B), dtype=np.float64)
+                if kernel.name == "rbf":
+                    nk.rbf_combination(G, sa[s:e], sb, float(kernel.gamma), C, out[s:e])
+                else:
+                    nk.poly_combination(G, float(kernel.gamma), float(kernel.coef0),
+                                        int(kernel.degree), C, out[s:e])
+    return out[:, 0] if vector else out
 
 
 def kernel_diag(kernel: Kernel, A) -> np.ndarray:

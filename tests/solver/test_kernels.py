@@ -109,3 +109,22 @@ def test_work_buffers_are_writable_c_arrays_of_the_requested_shape(shape):
     assert float(a.sum(dtype=np.float64)) == pytest.approx(1.5 * a.size + 0.5)
     big = a.nbytes >= 32 << 20
     assert (a.base is not None) == big  # the large one lives in its own mapping
+
+
+@pytest.mark.parametrize("name", ["linear", "rbf", "poly"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
+def test_kernel_combination_equals_the_matrix_product(name: str, sparse: bool) -> None:
+    # decision values summed while the kernel values are made, block by block, equal the
+    # stored kernel matrix times the coefficients (one problem or several)
+    from solver.kernels import kernel_combination
+
+    rng = np.random.default_rng(3)
+    A, B = rng.random((70, 4)), rng.random((40, 4))
+    A[A < 0.3] = 0.0
+    kernel = Kernel(name, gamma=0.7, degree=3, coef0=0.5)
+    K = kernel_matrix(kernel, A, B)
+    for coef in (rng.normal(size=40), rng.normal(size=(40, 3))):
+        a, b = (sp.csr_matrix(A), sp.csr_matrix(B)) if sparse else (A, B)
+        got = kernel_combination(kernel, a, b, coef, block_elems=40 * 16)  # 16-row blocks
+        assert got.shape == (70,) + coef.shape[1:]
+        np.testing.assert_allclose(got, K @ coef, rtol=1e-12, atol=1e-12)
