@@ -538,12 +538,12 @@ class _FaceSystems:
                 K_NS = store.cache[store.slot[S[new]]]  # the new rows of K (all columns)
                 B = np.ascontiguousarray(K_NS[:, T].T, dtype=np.float32)  # A_TN
                 W = solve_kept(B).astype(np.float64)
+                Bt = B.T.astype(np.float64)  # A_NT
                 Sc = K_NS[:, S[new]].astype(np.float64)
                 Sc[np.diag_indices_from(Sc)] += D[new]
                 # fails when new rows are nearly in the span of the kept ones at this float32
                 # accuracy of W: the face is then factored anew
-                Sc_f = cho_factor(Sc - B.T.astype(np.float64) @ W, lower=True,
-                                  check_finite=False)
+                Sc_f = cho_factor(Sc - Bt @ W, lower=True, check_finite=False)
         except LinAlgError:
             return None
         self.n_updated += 1
@@ -552,8 +552,7 @@ class _FaceSystems:
             x = np.empty(v.size)
             y_t = solve_kept(v[same].astype(np.float32)[:, None])[:, 0].astype(np.float64)
             if new.size:
-                x_n = cho_solve(Sc_f, v[new] - B.T.astype(np.float64) @ y_t,
-                                check_finite=False)
+                x_n = cho_solve(Sc_f, v[new] - Bt @ y_t, check_finite=False)
                 x[new] = x_n
                 y_t = y_t - W @ x_n
             x[same] = y_t

@@ -81,7 +81,18 @@ def deal_partitions(strata, keys, n_partitions: int) -> np.ndarray:
     if K < 1:
         raise ValueError(f"n_partitions must be >= 1, got {n_partitions!r}")
     m = strata.shape[0]
-    order = np.lexsort((np.arange(m), keys, strata))
+    order = np.argsort(keys)
+    sk = keys[order]
+    if m > 1 and np.any(sk[1:] == sk[:-1]):
+        order = np.lexsort((np.arange(m), keys, strata))  # ties in the key: by row index
+    else:
+        # distinct keys (always so for ``row_keys``: splitmix64 is a bijection): one sort by
+        # key, then a stable one by stratum (a radix sort on 16-bit ids), several times
+        # faster than the three-key lexsort
+        st = strata[order]
+        if m and st.min() >= 0 and st.max() < 2**15:
+            st = st.astype(np.int16)
+        order = order[np.argsort(st, kind="stable")]
     part = np.empty(m, dtype=np.int64)
     part[order] = np.arange(m, dtype=np.int64) % K
     return part

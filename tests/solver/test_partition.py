@@ -61,6 +61,13 @@ def test_dealing_rule_balance_and_proportions() -> None:
             assert per.min() == n_s // K and per.max() == -(-n_s // K)
 
 
+def test_dealing_rule_with_stratum_ids_beyond_16_bits() -> None:
+    strata = np.random.default_rng(4).choice([0, 3, 40_000, 70_000], size=301)
+    keys = row_keys(5, 301)
+    np.testing.assert_array_equal(deal_partitions(strata, keys, 4),
+                                  _brute_force_deal(strata, keys, 4))
+
+
 def test_key_ties_broken_by_row_index() -> None:
     strata = np.zeros(6, dtype=np.int64)
     keys = np.array([5, 5, 1, 5, 1, 0], dtype=np.uint64)
