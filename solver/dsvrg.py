@@ -10,8 +10,8 @@ digest section 1.8): ``grad p_i(w) = w + c_i(w) x_i`` with
   candidate sample as Algorithm 1 (``landmark_candidates``, default 20,000 rows), dealt into
   ``n_partitions`` balanced stratified partitions (:mod:`solver.partition`, same reproducible
   rules as Algorithm 1).  Default ``n_partitions``: 8, but no partition under
-  ``solver.sodm.MIN_PARTITION_ROWS`` (2,000) rows, Algorithm 1's rule; below 4,000 rows that
-  is one partition, plain SVRG over the data without strata (:func:`default_partitions`).
+  ``MIN_PARTITION_ROWS`` (2,000) rows; below 4,000 rows that is one partition, plain SVRG
+  over the data without strata (:func:`default_partitions`).
 * Epoch ``e = 1..epochs``: snapshot ``w~ = w``; full gradient ``h = (1/M) sum_j h_j`` with
   ``h_j = sum_{i in D_j} grad p_i(w~)`` (the sum over partitions is computed as one product
   with X; the Spark backend sums per partition); then the serial round-robin
@@ -54,12 +54,7 @@ from solver.formulation import ODMParams, lipschitz_constant
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import partition_members, stratified_partitions
-from solver.sodm import (
-    DEFAULT_LANDMARK_CANDIDATES,
-    DEFAULT_N_STRATA,
-    MIN_PARTITION_ROWS,
-    stratify,
-)
+from solver.sodm import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA, stratify
 
 __all__ = ["LinearResult", "sodm_linear", "full_gradient", "instance_coefficients",
            "default_partitions", "default_step_size", "svrg_inner", "linear_partitions"]
@@ -70,6 +65,7 @@ StopFn = Callable[[], bool]
 _STEP_FACTOR = 0.5
 DEFAULT_EPOCHS = 20
 DEFAULT_PARTITIONS = 8
+MIN_PARTITION_ROWS = 2000  # no default partition smaller than this
 _TINY = 1e-100
 
 
@@ -114,8 +110,7 @@ def _objective(w: np.ndarray, margins: np.ndarray, params: ODMParams) -> float:
 
 def default_partitions(n_rows: int) -> int:
     """``DEFAULT_PARTITIONS``, fewer when partitions would have under ``MIN_PARTITION_ROWS``
-    rows (Algorithm 1's smallest default partition); one partition, i.e. SVRG over the whole
-    data without strata, below twice that."""
+    rows; one partition, i.e. SVRG over the whole data without strata, below twice that."""
     return int(max(1, min(DEFAULT_PARTITIONS, int(n_rows) // MIN_PARTITION_ROWS)))
 
 

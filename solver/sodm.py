@@ -39,14 +39,19 @@ timings on a shared 2-core machine are noisy to about +-50%):
   ijcnn1 p=2 28.8 s, p=4 17.0 s (18.5 s with 2 levels), 0.9824 / 0.9817, SVC 7.2 s and
   0.9731; a9a keeps p=2 (7.8 s with 1 level, 17.2 s with 2; SVC 39.0 s).
 * ``levels``: the fewest ``L >= 1`` whose partitions (``M / p**L`` rows) have a float32 kernel
-  within ``cache_size``, bounded by partitions of at least 2000 rows and 10 levels (0 levels,
-  the exact solver, below ``2 p * 1000`` rows); see :func:`default_levels`.  With the default
-  ``p`` that is 1 level.  A finer level only buys a warm start for level 1: with the solver of
-  2026-11-25 it paid off on cod-rna (above) and cost time on ijcnn1 and a9a, so it is not the
-  default.  On the 8,000-row subsamples of ``bench/sodm_defaults.py`` accuracy did not depend
-  on the number of levels (phishing 0.9543-0.9548, a9a 0.8502-0.8506 for 1..6 levels).  With
-  an explicit small ``p``, finer levels are worth it when level 1's kernel does not fit the
-  cache (column-cache mode recomputes kernel columns).
+  within ``cache_size``, bounded by partitions of at least ``MIN_LEVEL_PARTITION_ROWS`` =
+  5,000 rows and 10 levels (0 levels, the exact solver, below ``2 p * 5000`` rows); see
+  :func:`default_levels`.  Smaller partitions cost more in the process pool and the merge
+  than they save and lose accuracy: phishing (8,844 rows, the protocol's settings,
+  ``bench/sodm_levels.py phishing --levels 0 1 --p 2``) took 1.6 s exact and 2.2 s with two
+  partitions, test accuracy 0.9665 vs 0.9643 (the rule was 2,000 rows before 2026-11-25).
+  With the default ``p`` that is 1 level.  A finer level only buys a warm start for level 1:
+  with the solver of 2026-11-25 it paid off on cod-rna (above) and cost time on ijcnn1 and
+  a9a, so it is not the default.  On the 8,000-row subsamples of ``bench/sodm_defaults.py``
+  accuracy did not depend on the number of levels (phishing 0.9543-0.9548, a9a
+  0.8502-0.8506 for 1..6 levels).  With an explicit small ``p``, finer levels are worth it
+  when level 1's kernel does not fit the cache (column-cache mode recomputes kernel
+  columns).
 * ``landmark_candidates = 20,000``: landmarks are chosen among a seeded sample of about
   that many rows (all rows below it).  The Spark backend then collects that sample (a few
   MB) and selects in the driver, one Spark job instead of one per landmark: cod-rna
@@ -111,7 +116,7 @@ __all__ = [
 ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
 
-MIN_PARTITION_ROWS = 2000  # no default partition (either algorithm) smaller than this
+MIN_LEVEL_PARTITION_ROWS = 5000  # no default level with partitions smaller than this
 _MAX_LEVELS = 10
 _MB = 1 << 20
 DEFAULT_N_STRATA = 50
@@ -198,15 +203,15 @@ def resolve_structure(n_rows: int, cache_size: float, *, p: int | None,
 
 def default_levels(n_rows: int, p: int, cache_size: float = 512.0) -> int:
     """The fewest levels ``L >= 1`` whose partitions' float32 kernel fits ``cache_size`` MB,
-    but no partitions under 2000 rows (0 levels, the exact solver, below ``2 p * 1000`` rows)
-    and at most 10 levels.
+    but no partitions under ``MIN_LEVEL_PARTITION_ROWS`` (0 levels, the exact solver, below
+    ``2 p * 5000`` rows) and at most 10 levels.
 
     Level 1 (``p`` partitions of ``M / p`` rows) is always solved, so every finer level only
     buys a warm start; it pays off only when level 1's kernel does not fit the cache (column
     cache mode recomputes kernel columns every epoch).
     """
     L_max = 0
-    while L_max < _MAX_LEVELS and n_rows / float(p) ** (L_max + 1) >= MIN_PARTITION_ROWS:
+    while L_max < _MAX_LEVELS and n_rows / float(p) ** (L_max + 1) >= MIN_LEVEL_PARTITION_ROWS:
         L_max += 1
     fit_rows = math.sqrt(float(cache_size) * _MB / 4.0)
     for L in range(1, L_max + 1):

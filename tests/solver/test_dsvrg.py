@@ -120,9 +120,8 @@ def test_rejects_bad_step_size(guide) -> None:
         sodm_linear(X, y, PARAMS, step_size=1.5)
 
 
-def test_default_partitions_are_never_smaller_than_algorithm_1s() -> None:
-    from solver.dsvrg import DEFAULT_PARTITIONS
-    from solver.sodm import MIN_PARTITION_ROWS
+def test_default_partitions_keep_at_least_2000_rows() -> None:
+    from solver.dsvrg import DEFAULT_PARTITIONS, MIN_PARTITION_ROWS
 
     assert default_partitions(0) == default_partitions(3089) == 1  # svmguide1: plain SVRG
     assert default_partitions(2 * MIN_PARTITION_ROWS) == 2

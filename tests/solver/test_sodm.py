@@ -21,14 +21,15 @@ PARAMS = ODMParams(lam=100.0, upsilon=0.5, theta=0.2)
 
 
 @pytest.mark.parametrize(("n_rows", "p", "cache_mb", "expected"), [
-    (3_999, 2, 512, 0),     # below 2 p * 1000 rows: the exact solver
-    (4_000, 2, 512, 1),     # level 1 is always solved
+    (9_999, 2, 512, 0),     # below 2 p * 5000 rows: the exact solver
+    (10_000, 2, 512, 1),    # level 1 is always solved
     (32_561, 2, 512, 2),    # a9a: 16,281-row halves do not fit 512 MB in float32, quarters do
     (32_561, 2, 1024, 1),   # ... but the halves fit 1 GB
     (49_990, 2, 1024, 2),   # ijcnn1
-    (49_990, 2, 1, 4),      # a tiny cache: bounded by partitions of >= 2000 rows
+    (49_990, 2, 1, 3),      # a tiny cache: bounded by partitions of >= 5000 rows
     (10**9, 2, 1, 10),      # and by 10 levels
-    (60_000, 4, 512, 2),    # p = 4: 15,000-row quarters do not fit 512 MB, sixteenths do
+    (60_000, 4, 512, 1),    # p = 4: 15,000-row quarters do not fit 512 MB, but sixteenths
+    (100_000, 4, 512, 2),   # would be under 5,000 rows; of 100,000 rows they are not
 ])
 def test_default_levels_is_the_fewest_whose_partition_kernel_fits_the_cache(
         n_rows: int, p: int, cache_mb: float, expected: int) -> None:
