@@ -80,9 +80,10 @@ def landmarks_from_candidates(candidates: pd.DataFrame, info: DataInfo, kernel: 
 
     pdf, Z = _sorted_model_rows(candidates, info)
     rid = pdf["row_id"].to_numpy(dtype=np.int64)
-    Zc = _dense_rows(Z)
-    idx = select_landmarks(Zc, kernel, n_landmarks, seed, tol=LANDMARK_TOL)
-    return rid[idx], Zc[idx]
+    # sparse rows stay sparse (as the local backend selects them; no dense copy of a wide
+    # sample), only the chosen landmark rows are made dense
+    idx = select_landmarks(Z, kernel, n_landmarks, seed, tol=LANDMARK_TOL)
+    return rid[idx], _dense_rows(Z[idx])
 
 
 def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: int,
