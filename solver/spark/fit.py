@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.exceptions import FitCancelled
+from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
 from solver.spark.data import batch_X, load_frame, model_space, sql, summarize
 
 __all__ = ["fit_spark"]
@@ -62,8 +63,6 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     seed_int = _seed_for(seed)
     _set_runtime_confs(spark)
     df, info = load_frame(spark, Path(dataset_dir))
-    from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
-
     n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
         else int(est.landmark_candidates)
     # one pass: labels, rows, min / max, moments and the landmark candidates' raw rows

@@ -11,9 +11,11 @@ and the same duals:
   the previous size travels as column ``msize``);
 * the warm-start KKT check (``check_warm_start``) runs from the second solved level on, and a
   level where every group was already converged ends the run, as locally;
-* each level's output is checkpointed (lineage stays one level deep) by the same Spark job
-  that aggregates the per-group summaries, which alone reach the driver; ``should_stop`` is
-  polled between levels.
+* each level's output is cached (memory, spilling to disk) by the same Spark job that
+  aggregates the per-group summaries, which alone reach the driver; a level's cache is
+  dropped once the next level has filled its own, the last one after the support vectors
+  are collected (:meth:`KernelRun.release`), and nothing stays cached when a level fails
+  or is interrupted; ``should_stop`` is polled between levels.
 """
 
 from __future__ import annotations
