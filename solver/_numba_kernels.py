@@ -214,6 +214,22 @@ def _exp_neg(x):
     return 0.0 if under else e
 
 
+@njit(cache=True, fastmath=True, inline="always")
+def _rbf(g, sa, sb, gamma):
+    """``exp(-gamma * max(0, sa + sb - 2 g))`` from an inner product and two squared norms."""
+    return _exp_neg(gamma * min(2.0 * g - sa - sb, 0.0))
+
+
+@njit(cache=True, fastmath=True, inline="always")
+def _poly(g, gamma, coef0, degree):
+    """``(gamma g + coef0)^degree`` by repeated multiplication (integer degree)."""
+    t = gamma * g + coef0
+    acc = 1.0
+    for _ in range(degree):
+        acc *= t
+    return acc
+
+
 @njit(cache=True, fastmath=True)
 def rbf_finish(G, sa, sb, gamma, out):
     """``out = exp(-gamma * max(0, sa_i + sb_j - 2 G_ij))`` in one pass (any out dtype)."""
@@ -223,24 +239,18 @@ def rbf_finish(G, sa, sb, gamma, out):
         o = out[i]
         s = sa[i]
         for j in range(m):
-            d = 2.0 * g[j] - s - sb[j]
-            d = min(d, 0.0)
-            o[j] = _exp_neg(gamma * d)
+            o[j] = _rbf(g[j], s, sb[j], gamma)
 
 
 @njit(cache=True, fastmath=True)
 def poly_finish(G, gamma, coef0, degree, out):
-    """``out = (gamma G + coef0)^degree`` by repeated multiplication (integer degree)."""
+    """``out = (gamma G + coef0)^degree`` in one pass (any out dtype)."""
     n, m = G.shape
     for i in range(n):
         g = G[i]
         o = out[i]
         for j in range(m):
-            t = gamma * g[j] + coef0
-            acc = 1.0
-            for _ in range(degree):
-                acc *= t
-            o[j] = acc
+            o[j] = _poly(g[j], gamma, coef0, degree)
 
 
 
@@ -275,12 +285,11 @@ def rbf_combination(G, sa, sb, gamma, coef, out):
         if k == 1:
             acc = 0.0
             for j in range(m):
-                d = min(2.0 * g[j] - s - sb[j], 0.0)
-                acc += _exp_neg(gamma * d) * coef[j, 0]
+                acc += _rbf(g[j], s, sb[j], gamma) * coef[j, 0]
             out[i, 0] += acc
         else:
             for j in range(m):
-                kv = _exp_neg(gamma * min(2.0 * g[j] - s - sb[j], 0.0))
+                kv = _rbf(g[j], s, sb[j], gamma)
                 for c in range(k):
                     out[i, c] += kv * coef[j, c]
 
@@ -293,9 +302,6 @@ def poly_combination(G, gamma, coef0, degree, coef, out):
     for i in range(n):
         g = G[i]
         for j in range(m):
-            t = gamma * g[j] + coef0
-            kv = 1.0
-            for _ in range(degree):
-                kv *= t
+            kv = _poly(g[j], gamma, coef0, degree)
             for c in range(k):
                 out[i, c] += kv * coef[j, c]
