@@ -50,7 +50,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from solver.formulation import ODMParams, lipschitz_constant
+from solver.formulation import ODMParams, lipschitz_constant, primal_objective_from_margins
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import partition_members, stratified_partitions
@@ -97,15 +97,6 @@ def full_gradient(X, y, w, params: ODMParams, xw: np.ndarray | None = None) -> n
     xw = np.asarray(X @ w).ravel() if xw is None else xw
     c = instance_coefficients(y * xw, y, params)
     return w + np.asarray(X.T @ c).ravel() / X.shape[0]
-
-
-def _objective(w: np.ndarray, margins: np.ndarray, params: ODMParams) -> float:
-    """Primal objective ``p(w)`` from the margins ``y_i w.x_i`` (no product with X)."""
-    xi = np.maximum(0.0, 1.0 - params.theta - margins)
-    eps = np.maximum(0.0, margins - 1.0 - params.theta)
-    loss = float(np.dot(xi, xi) + params.upsilon * np.dot(eps, eps))
-    return float(0.5 * np.dot(w, w) + params.lam / (2.0 * margins.shape[0]) * loss
-                 / (1.0 - params.theta) ** 2)
 
 
 def default_partitions(n_rows: int) -> int:
@@ -266,7 +257,7 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
         xw = np.asarray(X @ w, dtype=np.float64).ravel()
         h = full_gradient(X, y, w, params, xw)
         gn = float(np.linalg.norm(h))
-        rec = {"epoch": e, "objective": _objective(w, y * xw, params),
+        rec = {"epoch": e, "objective": primal_objective_from_margins(w, y * xw, params),
                "grad_norm": gn, "seconds": time.perf_counter() - t0,
                "elapsed": time.perf_counter() - t_start}
         if have_val:

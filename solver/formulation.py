@@ -41,6 +41,7 @@ __all__ = [
     "dual_objective",
     "kkt_violation_from_grad",
     "primal_objective_linear",
+    "primal_objective_from_margins",
     "primal_gradient_linear",
     "instance_gradients_linear",
     "slacks_from_alpha",
@@ -176,7 +177,13 @@ def _margins(w, X, y) -> np.ndarray:
 
 def primal_objective_linear(w, X, y, params: ODMParams, m_scale: float | None = None) -> float:
     """Primal objective ``p(w)`` for the linear kernel (slacks at their optimal values)."""
-    gam = _margins(w, X, y)
+    return primal_objective_from_margins(w, _margins(w, X, y), params, m_scale)
+
+
+def primal_objective_from_margins(w, margins, params: ODMParams,
+                                  m_scale: float | None = None) -> float:
+    """``p(w)`` from the margins ``y_i w.x_i`` when they are already known."""
+    gam = np.asarray(margins, dtype=np.float64)
     m = gam.shape[0] if m_scale is None else m_scale
     xi = np.maximum(0.0, 1.0 - params.theta - gam)
     eps = np.maximum(0.0, gam - 1.0 - params.theta)

@@ -94,6 +94,29 @@ def _dot_block(A_blk, B) -> np.ndarray:
     return A_blk @ B.T
 
 
+def _inner_product_blocks(A, B, step: int, sym: bool = False):
+    """``(s, e, c0, G)`` with ``G = A[s:e] @ B[c0:].T`` as C-contiguous float64, for row
+    blocks of ``step`` rows (``c0 = s`` when ``sym``: the upper block triangle, else 0).
+    Dense blocks go through one reused buffer: a fresh block per BLAS call would be fresh
+    pages from the OS each time, and their first-touch faults cost more than the product
+    here (see :mod:`solver.buffers`); each ``G`` is valid until the next one is made."""
+    nA, nB = A.shape[0], B.shape[0]
+    dense = not sp.issparse(A) and not sp.issparse(B)
+    G_buf = buffers.empty(min(nA, step) * nB, np.float64) if dense and nA > 1 else None
+    for s in range(0, nA, step):
+        e = min(nA, s + step)
+        c0 = s if sym else 0
+        Bc = B[c0:] if sym else B
+        if G_buf is not None:
+            G = G_buf[: (e - s) * Bc.shape[0]].reshape(e - s, Bc.shape[0])
+            np.dot(A[s:e], Bc.T, out=G)
+        else:
+            G = _dot_block(A[s:e], Bc)
+            if G.dtype != np.float64 or not G.flags.c_contiguous or not G.flags.writeable:
+                G = np.ascontiguousarray(G, dtype=np.float64)
+        yield s, e, c0, G
+
+
 def _finish_into(kernel: Kernel, G: np.ndarray, sa: np.ndarray | None,
                  sb: np.ndarray | None, out: np.ndarray) -> None:
     """Turn the inner-product block ``G`` into kernel values written to ``out`` (one fused
@@ -139,22 +162,7 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
     step = max(1, block_elems // max(nB, 1))
     if sym:
         step = max(step, 256)
-    dense = not sp.issparse(A) and not sp.issparse(B)
-    # one inner-product buffer for every dense block: a fresh block per BLAS call would be
-    # fresh pages from the OS each time, and their first-touch faults cost more than the
-    # product here (see solver.buffers)
-    G_buf = buffers.empty(min(nA, step) * nB, np.float64) if dense and nA > step else None
-    for s in range(0, nA, step):
-        e = min(nA, s + step)
-        c0 = s if sym else 0
-        Bc = B[c0:] if sym else B
-        if G_buf is not None:
-            G = G_buf[: (e - s) * Bc.shape[0]].reshape(e - s, Bc.shape[0])
-            np.dot(A[s:e], Bc.T, out=G)
-        else:
-            G = _dot_block(A[s:e], Bc)
-        if G.dtype != np.float64 or not G.flags.c_contiguous or not G.flags.writeable:
-            G = np.ascontiguousarray(G, dtype=np.float64)
+    for s, e, c0, G in _inner_product_blocks(A, B, step, sym):
         _finish_into(kernel, G, None if sa is None else sa[s:e],
                      None if sb is None else sb[c0:], out[s:e, c0:])
     if sym:
@@ -187,16 +195,7 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
 
             sa = row_sq_norms(A) if kernel.name == "rbf" else None
             sb = row_sq_norms(B) if kernel.name == "rbf" else None
-            step = max(1, block_elems // nB)
-            dense = not sp.issparse(A) and not sp.issparse(B)
-            G_buf = buffers.empty(min(nA, step) * nB, np.float64) if dense else None
-            for s in range(0, nA, step):
-                e = min(nA, s + step)
-                if G_buf is not None:
-                    G = G_buf[: (e - s) * nB].reshape(e - s, nB)
-                    np.dot(A[s:e], B.T, out=G)
-                else:
-                    G = np.ascontiguousarray(_dot_block(A[s:e], B), dtype=np.float64)
+            for s, e, _, G in _inner_product_blocks(A, B, max(1, block_elems // nB)):
                 if kernel.name == "rbf":
                     nk.rbf_combination(G, sa[s:e], sb, float(kernel.gamma), C, out[s:e])
                 else:

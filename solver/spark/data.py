@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ["sql", "DataInfo", "Summary", "load_frame", "batch_X", "model_space", "summarize",
-           "batch_moments", "merge_partials"]
+__all__ = ["sql", "DataInfo", "Summary", "ddl_fields", "load_frame", "batch_X", "model_space",
+           "summarize", "batch_moments", "merge_partials"]
 
 
 def sql(obj: Any) -> tuple[Any, Any]:
@@ -54,6 +54,12 @@ class DataInfo:
     @property
     def input_cols(self) -> list[str]:
         return list(self.feature_cols) if self.layout == "dense" else ["indices", "values"]
+
+
+def ddl_fields(df: Any, exclude: tuple[str, ...] = ()) -> list[str]:
+    """``df``'s columns as DDL fields (backquoted name, type), for a UDF returning them."""
+    return [f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields
+            if f.name not in exclude]
 
 
 def load_frame(spark: Any, dataset_dir: Path) -> tuple[Any, DataInfo]:

@@ -89,7 +89,7 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     pos = classes[1].item() if isinstance(classes[1], np.generic) else classes[1]
     # hash-partitioned by row id so the data passes (strata, the levels) use every core even
     # when the file is a single split; results do not depend on the partitioning.  Not
-    # materialised: the strata pass checkpoints it with its own columns, one job instead of two
+    # materialised: the strata pass caches it with its own columns, one job instead of two
     base = (df.select("row_id",
                       F.when(F.col("label") == F.lit(pos), F.lit(1.0)).otherwise(F.lit(-1.0))
                       .alias("y"), *info.input_cols)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from solver.spark.data import DataInfo, batch_X, model_space, sql
+from solver.spark.data import DataInfo, batch_X, ddl_fields, model_space, sql
 
 __all__ = ["KernelRun", "sodm_kernel_spark"]
 
@@ -84,7 +84,7 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
         data = data.drop("stratum")
     else:
         data, strata = base.withColumn("part", F.lit(0).cast("long")), None
-    # the first level reads this lazily (the strata are checkpointed; no pass of its own)
+    # the first level reads this lazily (the strata are cached; no pass of its own)
     state = data.withColumn("zeta", F.lit(0.0)).withColumn("beta", F.lit(0.0)) \
         .withColumn("msize", F.lit(0.0))
     schedule = list(range(L, 0, -1)) + ([0] if final or L == 0 else [])
@@ -157,8 +157,7 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
 
 
 def _out_schema(state: Any) -> str:
-    fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in state.schema.fields
-              if f.name not in ("zeta", "beta", "msize")]
+    fields = ddl_fields(state, exclude=("zeta", "beta", "msize"))
     fields += ["zeta double", "beta double", "msize double", "gid long",
                "objective double", "kkt_violation double", "warm_kkt double", "n_iter long",
                "converged boolean", "stopped boolean", "skipped boolean", "seconds double"]

@@ -17,7 +17,8 @@ data (at most the landmark candidate sample):
   column per pivot, like the local code), and reduces its batch to the candidate with the
   largest residual; the driver keeps the best (S small rows per pass).
 * Strata: ``solver.landmarks.assign_strata`` on each Arrow batch against the broadcast
-  landmark rows, in one checkpointed pass that carries the data along (no join back).
+  landmark rows, in one cached pass that carries the data along (no join back) and
+  counts the rows per stratum.
 * Dealing: ``key = splitmix64(seed, row_id)`` (``solver.partition``), mapped to a signed
   long that sorts like the unsigned key; ``rank = row_number() over (partition by stratum
   order by key, row_id) - 1``; ``part = (rank + offset[stratum]) mod K`` with offsets from
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from solver.spark.data import DataInfo, batch_X, model_space, sql
+from solver.spark.data import DataInfo, batch_X, ddl_fields, model_space, sql
 
 __all__ = ["select_landmarks_spark", "assign_partitions_spark", "LANDMARK_TOL"]
 
@@ -64,9 +65,8 @@ def _collect_candidates(base: Any, info: DataInfo, n_rows: int, seed: int,
             if keep.any():
                 yield pdf[keep]
 
-    schema = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
-                       for f in base.select(*cols).schema.fields)
-    pdf = base.select(*cols).mapInPandas(sample, schema).toPandas()
+    rows = base.select(*cols)
+    pdf = rows.mapInPandas(sample, ", ".join(ddl_fields(rows))).toPandas()
     if len(pdf) == 0:
         pdf = base.select(*cols).orderBy("row_id").limit(1).toPandas()
     return pdf.sort_values("row_id", kind="stable").reset_index(drop=True)
@@ -161,9 +161,9 @@ def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: 
 def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: np.ndarray,
                             n_partitions: int, seed: int) -> tuple[Any, Any]:
     """``base``'s rows with ``stratum`` and ``part`` (finest partition) reproducing the local
-    dealing: one pass assigns the strata (checkpointed, so the per-stratum counts and the
-    dealing read it instead of assigning again), the dealing is a window over it.  Returns
-    ``(rows, checkpoint)``: unpersist the checkpoint once ``rows`` has been materialised."""
+    dealing: one pass assigns the strata and counts them per stratum (cached, so the dealing
+    reads it instead of assigning again), the dealing is a window over it.  Returns
+    ``(rows, cached)``: unpersist ``cached`` once ``rows`` has been materialised."""
     from solver.landmarks import assign_strata
     from solver.partition import splitmix64
 
@@ -181,9 +181,10 @@ def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: n
             pdf["key"] = (splitmix64(seed, rid) ^ _SIGN).view(np.int64)
             yield pdf
 
-    schema = ", ".join([f"`{f.name}` {f.dataType.simpleString()}" for f in base.schema.fields]
-                       + ["stratum long", "key long"])
-    sk = base.mapInPandas(strata, schema).localCheckpoint(eager=True)
+    schema = ", ".join(ddl_fields(base) + ["stratum long", "key long"])
+    # cached (memory, spilling to disk): the per-stratum counts are the job that assigns
+    # the strata and fills the cache; the dealing window then reads the cache
+    sk = base.mapInPandas(strata, schema).persist()
     counts = {int(r["stratum"]): int(r["count"])
               for r in sk.groupBy("stratum").count().collect()}
     offsets, acc = [], 0
