@@ -16,6 +16,7 @@ import lzma
 import math
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,15 @@ PARQUET_MAGIC = b"PAR1"
 CHUNK = 1 << 20
 MAX_VALUE_ECHO = 80  # characters of an offending value echoed back
 MAX_DETAIL = 400  # characters of a problem's detail
+MAX_INDEX_DIGITS = 10  # a LIBSVM feature index past 10 digits is refused before int() reads it
 
-_NUM = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-# the first line that is neither blank, a comment, nor "label idx:val ... [# comment]"
-_LIBSVM_BAD_LINE = re.compile(
-    rf"^(?![ \t]*(?:{_NUM}(?:[ \t]+\d+:{_NUM})*)?[ \t]*(?:#[^\n]*)?\r?$)[^\n]*$", re.M)
+# A decimal number. Possessive quantifiers (no backtracking into a digit run) keep every
+# match linear in the token's length: "\d+\.?\d*" split a digit run in n ways, so a long
+# digit run cost O(n^2) with the GIL held and froze the whole API.
+_NUM = r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+"
 _NUM_RE = re.compile(_NUM)
+# the first line of a LIBSVM file (CSV's wrong-format check): "label idx:val ...", linear
+_LIBSVM_FIRST_LINE = re.compile(rf"[ \t]*+{_NUM}(?:[ \t]++\d++:{_NUM})++\s*+")
 
 
 @dataclass
@@ -196,9 +200,7 @@ def parse_libsvm(path: Path) -> Parsed:
     except ValueError as exc:
         text = data.decode("utf-8")
         _diagnose_libsvm(text)  # finds the first offending line and raises
-        bad = _LIBSVM_BAD_LINE.search(text)
-        lineno = text.count("\n", 0, bad.start()) + 1 if bad else None
-        raise invalid("libsvm", f"unreadable LIBSVM data: {exc}", line=lineno) from exc
+        raise invalid("libsvm", f"unreadable LIBSVM data: {exc}") from exc
     if X.shape[0] == 0:
         raise ProblemError(422, "Empty dataset", detail="the file has no data lines",
                            type="empty-dataset", format="libsvm")
@@ -235,6 +237,9 @@ def _diagnose_libsvm(text: str) -> None:
                 raise invalid("libsvm", f"line {lineno}: feature index {idx_s!r} is not a "
                                         "positive integer", line=lineno, field="index",
                               value=tok)
+            if len(idx_s) > MAX_INDEX_DIGITS:
+                raise invalid("libsvm", f"line {lineno}: feature index {_echo(idx_s)} is too "
+                                        "large", line=lineno, field="index", value=tok)
             idx = int(idx_s)
             if idx < 1:
                 raise invalid("libsvm", f"line {lineno}: feature index {idx} is not >= 1 "
@@ -269,18 +274,15 @@ def parse_csv(path: Path, label_column: str) -> Parsed:
     offset = text.count("\n", 0, len(text) - len(stripped))  # blank lines before it
     text = stripped
     first = text.split("\n", 1)[0]
-    if re.match(rf"^\s*{_NUM}(\s+\d+:{_NUM})+\s*$", first):
+    if _LIBSVM_FIRST_LINE.fullmatch(first):
         raise ProblemError(422, "Wrong format",
                            detail="declared format csv but line 1 looks like LIBSVM",
                            type="wrong-format", declared="csv", detected="libsvm", line=1)
-    try:
-        dialect_delim = csv.Sniffer().sniff(first, delimiters=",;\t").delimiter
-    except csv.Error:
-        dialect_delim = ","
+    dialect_delim = _delimiter(first)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=dialect_delim)
     header: list[str] | None = None
     data_lines: list[int] = []
-    for row in reader:
+    for row in _csv_rows(reader, offset):
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         lineno = reader.line_num + offset
@@ -342,6 +344,28 @@ def parse_csv(path: Path, label_column: str) -> Parsed:
     return Parsed(X, y, feature_names=features)
 
 
+def _csv_rows(reader: Any, offset: int) -> Iterator[list[str]]:
+    """The reader's rows; its own errors (a field over ``csv``'s field size limit, a bad
+    quote) become a 422 naming the line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            line = reader.line_num + offset
+            raise invalid("csv", f"line {line}: {exc}", line=line, field="row") from None
+        yield row
+
+
+def _delimiter(header: str) -> str:
+    """The header's delimiter: the most frequent of ``,``, ``;`` and tab (comma on a tie).
+    One counting pass; ``csv.Sniffer``'s quote patterns backtrack on long lines."""
+    counts = {d: header.count(d) for d in (",", ";", "\t")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] > counts[","] else ","
+
+
 def _labels_from_text(labels: list[str], lines: list[int], fmt: str, column: str) -> np.ndarray:
     """Numbers when every label parses as a finite number, else the text itself."""
     for i, s in enumerate(labels):
@@ -369,8 +393,9 @@ def _diagnose_csv_cells(text: str, delim: str, header: list[str], label: str,
     """Raise for the first feature cell that is not a number (NaN/inf are left to the
     finiteness check, which reports them with their own message)."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
-    next(iter(reader), None)  # header
-    for row in reader:
+    rows = _csv_rows(reader, offset)
+    next(rows, None)  # header
+    for row in rows:
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         line = reader.line_num + offset

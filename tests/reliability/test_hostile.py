@@ -140,3 +140,59 @@ def test_invalid_training_parameters(fresh, datasets_dir, params, field) -> None
     assert problem["errors"][0]["field"] == field, problem
     assert client.delete(f"/datasets/{heart['id']}").status_code == 204
     nothing_stored(("jobs", "models"))
+
+
+_RUN = 300_000  # a 300 KB token: quadratic parsing took hours at this size, linear takes ms
+
+
+@pytest.mark.parametrize(("name", "content", "form"), [
+    ("label.libsvm", b"1 1:0.5\n" + b"1" * _RUN + b"x 1:2\n", {"format": "libsvm"}),
+    ("value.libsvm", b"1 1:0.5\n-1 1:" + b"1" * _RUN + b"x\n", {"format": "libsvm"}),
+    ("index.libsvm", b"1 1:0.5\n-1 " + b"1" * _RUN + b":1\n", {"format": "libsvm"}),
+    ("exponent.libsvm", b"1 1:0.5\n-1 1:1e" + b"1" * _RUN + b"x\n", {"format": "libsvm"}),
+    ("blanks.libsvm", b"1 1:0.5\n-1" + b" " * _RUN + b"x\n", {"format": "libsvm"}),
+    ("header.csv", b"1" * _RUN + b"x,label\n1,2\n", {"format": "csv"}),
+    ("cell.csv", b"a,label\n" + b"1" * _RUN + b"x,1\n2,-1\n", {"format": "csv"}),
+    ("quotes.csv", b'"a' + b'"",' * (_RUN // 3) + b'",label\n1,2\n', {"format": "csv"}),
+])
+def test_super_linear_tokens_are_refused_quickly_and_the_api_stays_up(
+        fresh, api_server: str, make_tenant, name: str, content: bytes,
+        form: dict[str, str]) -> None:
+    """Digit runs, blank runs and quote runs in labels, values, indices, headers and cells:
+    a 422 naming line and field within seconds, and while the upload is parsed, ``/livez``
+    and another tenant's GET each answer within 1 s (measured by a probe thread)."""
+    import threading
+    import time
+
+    client, _, nothing_stored = fresh
+    _, other_key = make_tenant()
+    slowest: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=api_server, timeout=30) as c:
+            while not done.is_set():
+                for path, headers in (("/livez", {}),
+                                      ("/datasets", {"Authorization": f"Bearer {other_key}"})):
+                    t0 = time.perf_counter()
+                    assert c.get(path, headers=headers).status_code == 200
+                    slowest.append(time.perf_counter() - t0)
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while len(slowest) < 2 and time.monotonic() < deadline:  # the probe is answering
+        time.sleep(0.01)
+    try:
+        t0 = time.perf_counter()
+        r = client.post("/datasets", files={"file": (name, content)}, data=form)
+        elapsed = time.perf_counter() - t0
+    finally:
+        done.set()
+        thread.join(30)
+    problem = _problem(r, 422)
+    assert problem.get("line") in (1, 2), problem
+    assert elapsed < 10, elapsed
+    assert len(slowest) >= 2 and max(slowest) < 1.0, slowest
+    nothing_stored()
