@@ -14,12 +14,14 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /srv/sodm
-COPY pyproject.toml requirements.lock README.md ./
+COPY requirements/spark.txt ./requirements/
+RUN pip install --require-hashes -r requirements/spark.txt
+COPY pyproject.toml README.md ./
 COPY app ./app
 COPY worker ./worker
 COPY solver ./solver
 COPY migrations ./migrations
-RUN pip install -c requirements.lock '.[spark]' \
+RUN pip install --no-deps . \
     && useradd --create-home --uid 10001 sodm \
     && mkdir -p /data && chown sodm /data
 

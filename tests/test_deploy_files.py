@@ -1,15 +1,20 @@
 """The Dockerfile and docker-compose.yml are checked without a Docker engine: they parse, every
 service the issue asks for exists with a healthcheck, only the API port is published, and every
-command they run exists (``sodm`` subcommands in our CLI, other programs in their own images)."""
+command they run exists (``sodm`` subcommands in our CLI, other programs in their own images).
+The hashed locks in requirements/ cover every dependency pyproject.toml declares."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
+import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from app.cli import build_parser
 
@@ -94,3 +99,56 @@ def test_dockerfile_copies_existing_paths_and_runs_cli() -> None:
             argv = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
             _check_command(argv, "api", subs)
     assert any("openjdk-17" in ln for ln in lines), "Spark needs Java 17 in the image"
+
+
+def _locked(lock: str) -> dict[str, list[tuple[str, str]]]:
+    """name -> [(version, environment marker)] of a hashed lock in requirements/."""
+    pins: dict[str, list[tuple[str, str]]] = {}
+    text = (ROOT / "requirements" / f"{lock}.txt").read_text()
+    for entry in text.replace("\\\n", " ").splitlines():
+        entry = entry.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        req, _, hashes = entry.partition("--hash=")
+        assert hashes, f"{lock}.txt: {req.strip()} has no hash"
+        spec, _, marker = req.partition(";")
+        name, _, version = spec.strip().partition("==")
+        assert version, f"{lock}.txt: {spec.strip()} is not an exact pin"
+        pins.setdefault(canonicalize_name(name), []).append((version.strip(), marker.strip()))
+    return pins
+
+
+@pytest.mark.parametrize("extra", ["service", "spark", "dev"])
+def test_every_declared_dependency_is_locked_within_its_range(extra: str) -> None:
+    """Each dependency of pyproject.toml (the base ones and the extra's, through the extras it
+    names) is pinned with hashes in requirements/<extra>.txt at a version its range allows:
+    a dependency added without `make lock` fails here."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pins = _locked(extra)
+    todo, seen = [extra], set()
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for r in map(Requirement, extras[name]):
+            if canonicalize_name(r.name) == "sodm":
+                todo += [e for e in r.extras if e not in seen]
+            else:
+                reqs.append(r)
+    for r in reqs:
+        name = canonicalize_name(r.name)
+        assert name in pins, f"{r} is not in requirements/{extra}.txt: run make lock"
+        for version, _marker in pins[name]:
+            assert r.specifier.contains(version, prereleases=True), \
+                f"requirements/{extra}.txt pins {name}=={version}, outside {r.specifier}"
+
+
+def test_make_ci_and_docker_install_from_the_hashed_locks() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--require-hashes -r requirements/$*.txt" in makefile
+    assert "--no-deps -e ." in makefile
+    docker = (ROOT / "Dockerfile").read_text()
+    assert "pip install --require-hashes -r requirements/spark.txt" in docker
+    assert "pip install --no-deps ." in docker
+    assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from tests.fixtures.stack import PG_HOST, PG_PORT
+from tests.fixtures.services import postgres, redis_server
 from tests.reliability.proxy import TcpProxy
 from tests.service.jobs_helpers import upload_as
 
 
-def _proxy(port: int) -> Iterator[TcpProxy]:
-    proxy = TcpProxy(PG_HOST, port)
+def _proxy(host: str, port: int) -> Iterator[TcpProxy]:
+    proxy = TcpProxy(host, port)
     proxy.start()
     try:
         yield proxy
@@ -26,20 +26,21 @@ def _proxy(port: int) -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def pg_proxy() -> Iterator[TcpProxy]:
-    """A proxy to the shared Postgres server (127.0.0.1:5432)."""
-    yield from _proxy(PG_PORT)
+    """A proxy to the tests' Postgres server."""
+    yield from _proxy(postgres().host, postgres().port)
 
 
 @pytest.fixture
 def redis_proxy() -> Iterator[TcpProxy]:
-    """A proxy to the shared Redis server (127.0.0.1:6379)."""
-    yield from _proxy(6379)
+    """A proxy to the tests' Redis server."""
+    yield from _proxy(redis_server().host, redis_server().port)
 
 
-def via(url: str, proxy: TcpProxy, port: int) -> str:
-    """``url`` with the server's port replaced by the proxy's."""
-    assert f"127.0.0.1:{port}" in url, url
-    return url.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}", 1)
+def via(url: str, proxy: TcpProxy, _port: int | None = None) -> str:
+    """``url`` with the proxied server's address replaced by the proxy's."""
+    host, port = proxy.target
+    assert f"{host}:{port}" in url, url
+    return url.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}", 1)
 
 
 @pytest.fixture(scope="module")

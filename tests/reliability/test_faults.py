@@ -18,7 +18,6 @@ import httpx
 import pytest
 import redis
 
-from tests.fixtures.stack import PG_PORT
 from tests.reliability.conftest import one, via
 from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, wait_job
 
@@ -71,7 +70,7 @@ def test_postgres_outage_mid_job(client, pg_proxy, pg_url, start_api, start_work
     job trains: /readyz answers 503 (database), heartbeat/progress writes fail without
     failing the job, the final commit is retried with backoff until Postgres is back, and
     the job ends SUCCEEDED once, on its first attempt."""
-    proxied = via(pg_url, pg_proxy, PG_PORT)
+    proxied = via(pg_url, pg_proxy)
     # a lease longer than the outage: the job is not reaped while its worker waits
     w = start_worker(DATABASE_URL=proxied, SODM_JOB_LEASE_SECONDS="90")
     api = start_api(DATABASE_URL=proxied)
@@ -103,7 +102,7 @@ def test_redis_outage_with_running_and_queued_jobs(client, redis_proxy, stack_en
     without persistence). The worker reconnects, the reconciler re-sends the lost jobs and
     every job ends SUCCEEDED with exactly one model."""
     broker = stack_env["CELERY_BROKER_URL"]
-    w = start_worker(CELERY_BROKER_URL=via(broker, redis_proxy, 6379),
+    w = start_worker(CELERY_BROKER_URL=via(broker, redis_proxy),
                      SODM_REQUEUE_AFTER_SECONDS="3")
     running = submit(client, {"dataset_id": guide["id"], "algorithm": "odm",
                               "params": SECONDS_ODM, "test_fraction": 0.2})

@@ -1,4 +1,5 @@
-"""Dataset uploads against a real uvicorn process, real Postgres and real files.
+"""Dataset uploads through the in-process API (``api``) on the real Postgres and real
+files; the size limit and unwritable storage run on their own uvicorn (``start_api``).
 
 Happy paths use the shared LIBSVM data (svmguide1, heart_scale) in libsvm, csv, parquet and
 xz form with exact shapes and class counts; every hostile upload must get its 4xx problem
@@ -70,10 +71,10 @@ def _stored(body: dict, data_dir: Path) -> tuple[np.ndarray | sp.csr_matrix, np.
     return load_dataset(data_dir / "datasets" / body["id"])
 
 
-def test_upload_svmguide1_libsvm(client: httpx.Client, datasets_dir: Path,
+def test_upload_svmguide1_libsvm(api: httpx.Client, datasets_dir: Path,
                                  stack_env: dict[str, str]) -> None:
     raw = lzma.decompress((datasets_dir / "svmguide1.xz").read_bytes())
-    r = _upload(client, "svmguide1.libsvm", raw)
+    r = _upload(api, "svmguide1.libsvm", raw)
     assert r.status_code == 201, r.text
     body = r.json()
     _check_summary(body, SVMGUIDE1, "libsvm")
@@ -91,12 +92,12 @@ def test_upload_svmguide1_libsvm(client: httpx.Client, datasets_dir: Path,
                           / "data.parquet")
     assert table.column_names == ["row_id", "label", "f0", "f1", "f2", "f3"]
     assert table.column("row_id").to_pylist() == list(range(3089))
-    assert client.get(f"/datasets/{body['id']}").json() == body
+    assert api.get(f"/datasets/{body['id']}").json() == body
 
 
-def test_upload_heart_scale_xz_compressed(client: httpx.Client, datasets_dir: Path,
+def test_upload_heart_scale_xz_compressed(api: httpx.Client, datasets_dir: Path,
                                           heart_arrays, stack_env: dict[str, str]) -> None:
-    r = _upload(client, "heart_scale.xz", (datasets_dir / "heart_scale.xz").read_bytes(),
+    r = _upload(api, "heart_scale.xz", (datasets_dir / "heart_scale.xz").read_bytes(),
                 format="libsvm", name="heart")
     assert r.status_code == 201, r.text
     body = r.json()
@@ -107,13 +108,13 @@ def test_upload_heart_scale_xz_compressed(client: httpx.Client, datasets_dir: Pa
     np.testing.assert_array_equal(y, heart_arrays[1])
 
 
-def test_upload_heart_scale_csv_and_gzip(client: httpx.Client, heart_arrays,
+def test_upload_heart_scale_csv_and_gzip(api: httpx.Client, heart_arrays,
                                          stack_env: dict[str, str]) -> None:
     import gzip
 
     data = _csv_bytes(*heart_arrays, label="target")
     for name, payload in (("heart.csv", data), ("heart.csv.gz", gzip.compress(data))):
-        r = _upload(client, name, payload, label_column="target")
+        r = _upload(api, name, payload, label_column="target")
         assert r.status_code == 201, r.text
         body = r.json()
         _check_summary(body, HEART, "csv")
@@ -122,12 +123,12 @@ def test_upload_heart_scale_csv_and_gzip(client: httpx.Client, heart_arrays,
         np.testing.assert_array_equal(y, heart_arrays[1])
 
 
-def test_upload_heart_scale_parquet(client: httpx.Client, heart_arrays,
+def test_upload_heart_scale_parquet(api: httpx.Client, heart_arrays,
                                     stack_env: dict[str, str]) -> None:
     X0, y0 = heart_arrays
     cols = {f"c{j}": X0[:, j] for j in range(X0.shape[1])}
     table = pa.table({"label": y0, **cols})
-    r = _upload(client, "heart.parquet", _parquet_bytes(table))
+    r = _upload(api, "heart.parquet", _parquet_bytes(table))
     assert r.status_code == 201, r.text
     body = r.json()
     _check_summary(body, HEART, "parquet")
@@ -136,10 +137,10 @@ def test_upload_heart_scale_parquet(client: httpx.Client, heart_arrays,
     np.testing.assert_array_equal(y, y0)
 
 
-def test_text_labels_and_sparse_layout(client: httpx.Client,
+def test_text_labels_and_sparse_layout(api: httpx.Client,
                                        stack_env: dict[str, str]) -> None:
     """CSV text labels keep their values; wide sparse LIBSVM is stored in the sparse form."""
-    r = _upload(client, "t.csv", b"a,b,label\n1,2,cat\n3,4,dog\n5,6,cat\n")
+    r = _upload(api, "t.csv", b"a,b,label\n1,2,cat\n3,4,dog\n5,6,cat\n")
     assert r.status_code == 201, r.text
     assert r.json()["classes"] == {"cat": 2, "dog": 1}
     _, y = _stored(r.json(), Path(stack_env["SODM_DATA_DIR"]))
@@ -151,7 +152,7 @@ def test_text_labels_and_sparse_layout(client: httpx.Client,
         lines.append(f"{i % 2} " + " ".join(f"{j}:{rng.random():.6f}" for j in idx))
     lines.append("1 5000:1")
     text = "\n".join(lines).encode()
-    r = _upload(client, "wide.svm", text)
+    r = _upload(api, "wide.svm", text)
     assert r.status_code == 201, r.text
     assert r.json()["layout"] == "sparse" and r.json()["n_features"] == 5000
     X, _ = _stored(r.json(), Path(stack_env["SODM_DATA_DIR"]))
@@ -160,15 +161,15 @@ def test_text_labels_and_sparse_layout(client: httpx.Client,
     assert (X != X0).nnz == 0
 
 
-def test_list_paginates_get_and_delete(client: httpx.Client, heart_text: bytes,
+def test_list_paginates_get_and_delete(api: httpx.Client, heart_text: bytes,
                                        stack_env: dict[str, str]) -> None:
-    ids = [_upload(client, "h.libsvm", heart_text, name=f"page-{i}").json()["id"]
+    ids = [_upload(api, "h.libsvm", heart_text, name=f"page-{i}").json()["id"]
            for i in range(3)]
     seen: list[str] = []
     cursor = None
     while True:
         params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
-        page = client.get("/datasets", params=params).json()
+        page = api.get("/datasets", params=params).json()
         assert len(page["items"]) <= 2
         seen += [d["id"] for d in page["items"]]
         cursor = page["next_cursor"]
@@ -176,16 +177,16 @@ def test_list_paginates_get_and_delete(client: httpx.Client, heart_text: bytes,
             break
     assert len(seen) == len(set(seen))
     assert seen[:3] == ids[::-1]  # newest first
-    assert client.get("/datasets", params={"cursor": "garbage!"}).status_code == 422
+    assert api.get("/datasets", params={"cursor": "garbage!"}).status_code == 422
     target = ids[0]
     path = Path(stack_env["SODM_DATA_DIR"]) / "datasets" / target
     assert path.is_dir()
-    r = client.delete(f"/datasets/{target}")
+    r = api.delete(f"/datasets/{target}")
     assert r.status_code == 204 and r.content == b""
     assert not path.exists()
-    assert client.get(f"/datasets/{target}").status_code == 404
-    assert client.delete(f"/datasets/{target}").status_code == 404
-    assert target not in [d["id"] for d in client.get("/datasets").json()["items"]]
+    assert api.get(f"/datasets/{target}").status_code == 404
+    assert api.delete(f"/datasets/{target}").status_code == 404
+    assert target not in [d["id"] for d in api.get("/datasets").json()["items"]]
     with session_scope() as s:
         assert s.get(Dataset, target).deleted_at is not None  # soft delete
 
@@ -193,7 +194,8 @@ def test_list_paginates_get_and_delete(client: httpx.Client, heart_text: bytes,
 # ---------------------------------------------------------------- hostile uploads
 
 @pytest.fixture
-def hostile(api_server: str, make_tenant: Callable[..., tuple[str, str]],
+def hostile(api_as: Callable[[str | None], httpx.Client],
+            make_tenant: Callable[..., tuple[str, str]],
             stack_env: dict[str, str]) -> Iterator[tuple[httpx.Client, Callable[[], None]]]:
     """A client of a fresh tenant plus a check that nothing at all was stored."""
     tenant_id, key = make_tenant()
@@ -215,9 +217,7 @@ def hostile(api_server: str, make_tenant: Callable[..., tuple[str, str]],
         assert snapshot() == before
         assert not (data_dir / "tmp").exists() or not os.listdir(data_dir / "tmp")
 
-    with httpx.Client(base_url=api_server, timeout=60,
-                      headers={"Authorization": f"Bearer {key}"}) as c:
-        yield c, nothing_stored
+    yield api_as(key), nothing_stored
 
 
 PARQUET_OK = _parquet_bytes(pa.table({"label": [0, 1], "a": [1.0, 2.0]}))
@@ -374,41 +374,41 @@ def test_unwritable_storage_is_507(start_api, make_tenant, heart_text: bytes) ->
                         .where(Dataset.tenant_id == tenant_id)) == 0
 
 
-def test_delete_refused_while_a_job_uses_the_dataset(client: httpx.Client, heart_text: bytes,
+def test_delete_refused_while_a_job_uses_the_dataset(api: httpx.Client, heart_text: bytes,
                                                      tenant: tuple[str, str]) -> None:
     from app.models import Job
 
-    ds = _upload(client, "h.libsvm", heart_text).json()["id"]
+    ds = _upload(api, "h.libsvm", heart_text).json()["id"]
     with session_scope() as s:  # a queued job row, as POST /train would leave it
         job = Job(tenant_id=tenant[0], dataset_id=ds, algorithm="odm", state="QUEUED")
         s.add(job)
         s.flush()
         job_id = job.id
     try:
-        r = client.delete(f"/datasets/{ds}")
+        r = api.delete(f"/datasets/{ds}")
         assert r.status_code == 409
         assert r.json()["type"].endswith("/dataset-in-use") and r.json()["job_id"] == job_id
-        assert client.get(f"/datasets/{ds}").status_code == 200
+        assert api.get(f"/datasets/{ds}").status_code == 200
         with session_scope() as s:
             s.get(Job, job_id).state = "CANCELLED"
-        assert client.delete(f"/datasets/{ds}").status_code == 204
+        assert api.delete(f"/datasets/{ds}").status_code == 204
     finally:
         with session_scope() as s:
             s.get(Job, job_id).state = "CANCELLED"
 
 
-def test_n_features_widens_libsvm(client: httpx.Client, heart_text: bytes, heart_arrays,
+def test_n_features_widens_libsvm(api: httpx.Client, heart_text: bytes, heart_arrays,
                                   stack_env: dict[str, str]) -> None:
     """A test split whose largest index is below the training width (a9a.t) can be padded."""
-    r = _upload(client, "h.libsvm", heart_text, n_features="20")
+    r = _upload(api, "h.libsvm", heart_text, n_features="20")
     assert r.status_code == 201, r.text
     assert r.json()["n_features"] == 20
     X, _ = _stored(r.json(), Path(stack_env["SODM_DATA_DIR"]))
     np.testing.assert_array_equal(X[:, :13], heart_arrays[0])
     assert not X[:, 13:].any()
     for value, ptype in (("5", "invalid-n-features"), ("abc", "validation-error")):
-        r = _upload(client, "h.libsvm", heart_text, n_features=value)
+        r = _upload(api, "h.libsvm", heart_text, n_features=value)
         assert r.status_code == 422
         assert r.json()["type"].endswith(ptype)
-    r = _upload(client, "x.csv", b"a,label\n1,0\n2,1\n", n_features="3")
+    r = _upload(api, "x.csv", b"a,label\n1,0\n2,1\n", n_features="3")
     assert r.status_code == 422 and r.json()["field"] == "n_features"
