@@ -1,5 +1,6 @@
-"""The benchmark command's quick mode (CI): every method row (the Spark ones on local[2]
-included) is measured and the report renders.
+"""The benchmark command's quick mode (CI): every default method row is measured on one core
+(and, with an ``n_jobs`` knob, on two; the Spark row on svmguide1), with CPU seconds of the
+process tree, model size and prediction cost, and the report renders.
 
 Runs ``python -m bench.run --quick`` (svmguide1 and phishing subsampled to 1,500 training rows,
 a two-point grid per family, a tiny scaling study) into a temporary directory; about 1.5-2
@@ -26,21 +27,37 @@ def test_quick_benchmark_rows_and_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())
     assert set(results["datasets"]) == {"svmguide1", "phishing"}
+    default = {m for m, meth in METHODS.items() if meth.default}
     for name, ds in results["datasets"].items():
-        assert set(ds["methods"]) == set(METHODS), name
+        expected = {m for m in default if not METHODS[m].spark or name == "svmguide1"}
+        assert set(ds["methods"]) == expected, name
         for m, row in ds["methods"].items():
-            s = row["summary"]
-            assert s["status"] == "ok", (name, m, row["runs"])
-            assert 0.5 < s["accuracy"] <= 1.0, (name, m, s["accuracy"])
-            assert s["fit_s"] > 0 and s["peak_rss_mb"] >= s["base_rss_mb"] > 0, (name, m)
+            cores = {"1", "2"} if METHODS[m].parallel else {"1"}
+            assert set(row["configs"]) == cores, (name, m)
+            for c in cores:
+                s = row["configs"][c]["summary"]
+                assert s["status"] == "ok", (name, m, c, row["configs"][c]["runs"])
+                assert 0.5 < s["accuracy"] <= 1.0, (name, m, s["accuracy"])
+                assert s["fit_s"] > 0 and s["fit_cpu_s"] > 0, (name, m, c)
+                assert s["peak_rss_mb"] >= s["base_rss_mb"] > 0, (name, m, c)
+                assert s["model_bytes"] > 0 and s["predict_s_per_1k"] > 0, (name, m, c)
+        # the same model on one and two cores (and on Spark): the same test predictions
+        for m in ("sodm-rbf", "sodm-rbf-spark"):
+            if m in ds["methods"]:
+                hashes = {ds["methods"][m]["configs"][c]["summary"]["predictions_sha1"]
+                          for c in ("1", "2")}
+                assert len(hashes) == 1, (name, m)
+        assert len({t["status"] for t in ds["tuning"].values()}) == 1
         for fam, t in ds["tuning"].items():
             assert t["status"] == "ok" and t["best"] in [r["params"] for r in t["table"]], fam
+            assert len(t["table"]) == results["config"]["grid_points_target"], fam
     sc = results["scaling"]
     assert all(p["status"] == "ok" for rec in sc["size"].values() for p in rec["points"])
     text = doc.read_text()
-    for needle in ("## Targets of issues 2 and 6", "### Table 2 (RBF kernel)", "#### phishing",
-                   "SODM (RBF)", "LinearSVC (LIBLINEAR)", "SODM (RBF, Spark local)",
-                   "Spark MLlib LinearSVC", "log-log slope"):
+    for needle in ("## Targets (issue 19)", "### Table 2 (RBF kernel)", "#### phishing",
+                   "SODM (RBF)", "LinearSVC (LIBLINEAR)", "Nystroem(4,000) + LinearSVC",
+                   "RFF(2,000) + LinearSVC", "SODM (RBF, Spark local)", "CPU s, 1 core",
+                   "model KB", "## Cost model", "log-log slope"):
         assert needle in text, needle
     pngs = {p.name for p in (tmp_path / "img").glob("*.png")}
     assert {"bench-datasets.png", "bench-scaling.png"} <= pngs
