@@ -48,6 +48,26 @@ class Settings(BaseSettings):
     )
     model_cache_size: int = Field(default=16, alias="SODM_MODEL_CACHE_SIZE")
 
+    # server-side maximums of the POST /train parameters that cost memory or time
+    # (app.services.algorithms names each parameter's limit; above it: a 422 naming it)
+    limit_cache_size: float = Field(default=4096.0, gt=0, alias="SODM_LIMIT_CACHE_SIZE")
+    limit_n_jobs: int = Field(default=32, ge=1, alias="SODM_LIMIT_N_JOBS")
+    limit_levels: int = Field(default=12, ge=0, alias="SODM_LIMIT_LEVELS")
+    limit_p: int = Field(default=64, ge=2, alias="SODM_LIMIT_P")
+    limit_n_strata: int = Field(default=4096, ge=1, alias="SODM_LIMIT_N_STRATA")
+    limit_landmark_candidates: int = Field(default=1_000_000, ge=1,
+                                           alias="SODM_LIMIT_LANDMARK_CANDIDATES")
+    limit_epochs: int = Field(default=10_000, ge=1, alias="SODM_LIMIT_EPOCHS")
+    limit_max_iter: int = Field(default=100_000, ge=1, alias="SODM_LIMIT_MAX_ITER")
+    limit_degree: int = Field(default=10, ge=1, alias="SODM_LIMIT_DEGREE")
+    limit_n_partitions: int = Field(default=10_000, ge=1, alias="SODM_LIMIT_N_PARTITIONS")
+    limit_n_clusters: int = Field(default=4096, ge=1, alias="SODM_LIMIT_N_CLUSTERS")
+    limit_fanout: int = Field(default=64, ge=2, alias="SODM_LIMIT_FANOUT")
+    limit_sample_size: int = Field(default=200_000, ge=1, alias="SODM_LIMIT_SAMPLE_SIZE")
+    limit_inner_steps: int = Field(default=100_000_000, ge=1, alias="SODM_LIMIT_INNER_STEPS")
+    limit_grid_points: int = Field(default=200, ge=1, alias="SODM_LIMIT_GRID_POINTS")
+    limit_search_folds: int = Field(default=20, ge=2, alias="SODM_LIMIT_SEARCH_FOLDS")
+
     # spark backend (worker side); neither set = backend "spark" refused at POST /train
     spark_remote: str | None = Field(default=None, alias="SODM_SPARK_REMOTE")
     spark_master: str | None = Field(default=None, alias="SODM_SPARK_MASTER")

@@ -10,21 +10,37 @@ import inspect
 import logging
 
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
+from app.auth import current_tenant
 from app.body_limit import BodyLimitMiddleware
 from app.config import get_settings
 from app.db import releasing
 from app.observability import MetricsMiddleware, register_collectors
 from app.problems import install_problem_handlers
-from app.routes import dashboard, datasets, health, jobs, models, predict, train
+from app.routes import (
+    algorithms,
+    dashboard,
+    datasets,
+    docs,
+    health,
+    jobs,
+    models,
+    predict,
+    train,
+)
 from app.schemas.common import problem_responses
+from app.services.algorithms import ALGORITHM_NAMES
 
 DESCRIPTION = """Train and serve Optimal margin Distribution Machines with the SODM algorithms.
 
 Authenticate with `Authorization: Bearer <key>` (create keys with `sodm create-key`).
-Errors are RFC 9457 `application/problem+json`."""
+Errors are RFC 9457 `application/problem+json`. `GET /algorithms` lists every algorithm's
+parameters with their defaults, bounds and this server's limits."""
+SECURITY_SCHEME = {"bearer": {"type": "http", "scheme": "bearer",
+                              "description": "an API key from `sodm create-key`"}}
 
 
 # Problem responses every route of a router can give (documented in the OpenAPI schema so
@@ -33,6 +49,7 @@ _AUTHED = (400, 401, 422, 429, 500)
 ROUTER_PROBLEMS = {
     "app.routes.health": problem_responses(503),
     "app.routes.datasets": problem_responses(400, 422, 429, 500),
+    "app.routes.algorithms": problem_responses(401, 429, 500),
     "app.routes.train": problem_responses(*_AUTHED, 404, 413),
     "app.routes.jobs": problem_responses(*_AUTHED, 404, 409),
     "app.routes.models": problem_responses(*_AUTHED, 404),
@@ -45,13 +62,21 @@ def create_app() -> FastAPI:
     settings = get_settings()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = FastAPI(title="sodm", version="0.1.0", description=DESCRIPTION)
-    install_problem_handlers(app)
-    for module in (health, datasets, train, jobs, models, predict, dashboard):
+    # operationId = the route function's name (stable: generated clients' method names)
+    app = FastAPI(title="sodm", version="0.1.0", description=DESCRIPTION, docs_url=None,
+                  redoc_url=None, generate_unique_id_function=lambda route: route.name)
+    install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
+    for module in (health, algorithms, datasets, train, jobs, models, predict, dashboard, docs):
         for route in module.router.routes:
-            if isinstance(route, APIRoute) and not inspect.iscoroutinefunction(route.endpoint):
+            if not isinstance(route, APIRoute):
+                continue
+            if not inspect.iscoroutinefunction(route.endpoint):
                 route.endpoint = releasing(route.endpoint)
+            if _needs_key(route.dependant):
+                route.openapi_extra = {**(route.openapi_extra or {}),
+                                       "security": [{"bearer": []}]}
         app.include_router(module.router, responses=ROUTER_PROBLEMS.get(module.__name__, {}))
+    _document_security(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "DELETE"],
@@ -61,6 +86,23 @@ def create_app() -> FastAPI:
     app.add_middleware(MetricsMiddleware)
     register_collectors()
     return app
+
+
+def _needs_key(dependant: Dependant) -> bool:
+    return any(d.call is current_tenant or _needs_key(d) for d in dependant.dependencies)
+
+
+def _document_security(app: FastAPI) -> None:
+    """Declare the bearer scheme in the OpenAPI document (Swagger UI's Authorize button)."""
+    plain = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = plain()
+            schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEME
+        return app.openapi_schema or plain()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 app = create_app()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -23,8 +24,20 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
-JOB_STATES = ("QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "CANCELLED")
-TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+class JobState(StrEnum):
+    """The states of a job (a ``str``: compares equal to the stored value)."""
+
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+
+
+JOB_STATES = tuple(s.value for s in JobState)
+TERMINAL_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value)
 
 
 def new_id() -> str:

@@ -68,24 +68,42 @@ def problem_response(problem: ProblemError, instance: str | None = None) -> JSON
                         media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers or None)
 
 
-def _loc_to_field(loc: tuple | list) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
+def _loc_to_field(loc: tuple | list, tags: frozenset[str] = frozenset()) -> str:
+    """``("body", "sodm", "params", "lam")`` -> ``"params.lam"``: the request part and the
+    tag of a discriminated union (``tags``) are not part of the field's name."""
+    parts = [str(p) for i, p in enumerate(loc)
+             if p not in ("body", "query", "path", "header", "form")
+             and not (i == 1 and loc[0] == "body" and p in tags)]
     return ".".join(parts) if parts else ".".join(str(p) for p in loc)
+
+
+def _validation_error(e: dict[str, Any], tags: frozenset[str]) -> dict[str, Any]:
+    out = {"location": [str(p) for p in e.get("loc", ())],
+           "field": _loc_to_field(e.get("loc", ()), tags),
+           "message": e.get("msg", ""), "type": e.get("type", "")}
+    if out["type"] == "limit_exceeded":  # a server maximum: name it
+        ctx = e.get("ctx") or {}
+        out.update(limit=ctx.get("limit"), setting=ctx.get("setting"))
+    return out
 
 
 async def _problem_handler(request: Request, exc: ProblemError) -> JSONResponse:
     return problem_response(exc, request.url.path)
 
 
-async def _validation_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [{"location": [str(p) for p in e.get("loc", ())],
-               "field": _loc_to_field(e.get("loc", ())),
-               "message": e.get("msg", ""), "type": e.get("type", "")}
-              for e in exc.errors()]
-    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or None
-    return problem_response(ProblemError(422, "Request validation failed", detail=detail,
-                                         type="validation-error", errors=errors),
-                            request.url.path)
+def _validation_handler(tags: frozenset[str]):
+    async def handle(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [_validation_error(e, tags) for e in exc.errors()]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or None
+        if errors and all(e["type"] == "limit_exceeded" for e in errors):
+            problem = ProblemError(422, "Parameter above this server's limit", detail=detail,
+                                   type="limit-exceeded", errors=errors)
+        else:
+            problem = ProblemError(422, "Request validation failed", detail=detail,
+                                   type="validation-error", errors=errors)
+        return problem_response(problem, request.url.path)
+
+    return handle
 
 
 async def _http_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -107,9 +125,11 @@ async def _unhandled_handler(request: Request, exc: Exception) -> JSONResponse:
                                          type="internal-error"), request.url.path)
 
 
-def install_problem_handlers(app: FastAPI) -> None:
-    """Register every problem+json exception handler on ``app``."""
+def install_problem_handlers(app: FastAPI, union_tags: tuple[str, ...] = ()) -> None:
+    """Register every problem+json exception handler on ``app``; ``union_tags`` are the
+    discriminator values of request unions (left out of the fields errors name)."""
     app.add_exception_handler(ProblemError, _problem_handler)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, _validation_handler)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError,  # type: ignore[arg-type]
+                              _validation_handler(frozenset(union_tags)))
     app.add_exception_handler(StarletteHTTPException, _http_handler)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unhandled_handler)

@@ -61,7 +61,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from solver.exceptions import FitCancelled
+from solver.exceptions import FitCancelled, InvalidParameterError
 from solver.preprocessing import MinMaxScaler, append_constant
 
 __all__ = ["ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals", "KERNELS"]
@@ -84,7 +84,7 @@ def _is_real(v: Any) -> bool:
 
 def _require(cond: bool, name: str, value: Any, what: str) -> None:
     if not cond:
-        raise ValueError(f"invalid parameter {name}={value!r}: {what}")
+        raise InvalidParameterError(name, f"invalid parameter {name}={value!r}: {what}")
 
 
 def _overall_variance(X: np.ndarray | sp.csr_matrix) -> float:
@@ -157,7 +157,8 @@ def _seed_for(random_state: Any) -> int:
         return int(random_state.randint(0, 2**31 - 1))
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**31 - 1))
-    raise ValueError(f"invalid parameter random_state={random_state!r}: int, None or RandomState")
+    raise InvalidParameterError("random_state", f"invalid parameter random_state="
+                                f"{random_state!r}: int, None or RandomState")
 
 
 def _problem_seed(seed: int, k: int, n_problems: int) -> int:

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 
+class InvalidParameterError(ValueError):
+    """A hyperparameter with a bad value; ``name`` is the parameter (``"lam"``, ``"p"``...).
+
+    A ``ValueError`` so callers that catch those keep working; the service reads ``name``
+    to point its 422 at the field instead of parsing the message.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class FitCancelled(Exception):
     """Raised by ``fit`` when the caller's ``should_stop()`` callback asked to stop.
 

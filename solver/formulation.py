@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from solver.exceptions import InvalidParameterError as Bad
+
 __all__ = [
     "ODMParams",
     "dual_gradient",
@@ -65,19 +67,19 @@ class ODMParams:
     theta: float = 0.2
 
     def validate(self) -> ODMParams:
-        """Raise ``ValueError`` naming the offending parameter; return ``self`` when valid."""
+        """Raise ``InvalidParameterError`` naming the offending parameter; return ``self``."""
         for name in ("lam", "upsilon", "theta"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
-                raise ValueError(f"{name} must be a real number, got {v!r}")
+                raise Bad(name, f"{name} must be a real number, got {v!r}")
             if not math.isfinite(float(v)):
-                raise ValueError(f"{name} must be finite, got {v!r}")
+                raise Bad(name, f"{name} must be finite, got {v!r}")
         if self.lam <= 0:
-            raise ValueError(f"lam must be > 0, got {self.lam!r}")
+            raise Bad("lam", f"lam must be > 0, got {self.lam!r}")
         if self.upsilon <= 0:
-            raise ValueError(f"upsilon must be > 0, got {self.upsilon!r}")
+            raise Bad("upsilon", f"upsilon must be > 0, got {self.upsilon!r}")
         if not 0 <= self.theta < 1:
-            raise ValueError(f"theta must be in [0, 1), got {self.theta!r}")
+            raise Bad("theta", f"theta must be in [0, 1), got {self.theta!r}")
         return self
 
     @property

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Dataset, Job, Model, utcnow
-from app.services.jobs import build_estimator
+from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from worker.evaluation import evaluate, jsonable, n_support_vectors
 from worker.lease import PROBLEM_BASE, Claim, Heartbeat, owned

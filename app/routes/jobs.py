@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.auth import current_tenant
 from app.db import get_read_sessionmaker, get_session
-from app.models import JOB_STATES, Job, Tenant
+from app.models import Job, JobState, Tenant
 from app.schemas.common import IdPath
 from app.schemas.jobs import JobList, JobOut
 from app.services import jobs as jobs_service
@@ -26,7 +26,7 @@ SSE_KEEPALIVE_SECONDS = 15.0
 
 
 @router.get("/jobs", response_model=JobList)
-def list_jobs(state: str | None = Query(default=None, pattern="^(" + "|".join(JOB_STATES) + ")$"),
+def list_jobs(state: JobState | None = None,
               cursor: str | None = None, limit: int = Query(default=50, ge=1, le=500),
               tenant: Tenant = Depends(current_tenant),
               session: Session = Depends(get_session)) -> dict:

@@ -23,7 +23,8 @@ class Problem(BaseModel):
 
 def problem_responses(*codes: int) -> dict[int | str, dict]:
     """OpenAPI ``responses`` entries documenting problem bodies for the given codes."""
-    return {code: {"model": Problem, "content": {"application/problem+json": {}}}
+    schema = {"schema": {"$ref": "#/components/schemas/Problem"}}
+    return {code: {"model": Problem, "content": {"application/problem+json": schema}}
             for code in codes}
 
 

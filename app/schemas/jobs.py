@@ -3,46 +3,62 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model, model_validator
 
+from app.models import JobState
 from app.schemas.common import ID_PATTERN
+from app.services import algorithms
 
-Algorithm = Literal["sodm", "odm", "cascade", "dip", "dc", "svrg"]
+DEFAULT_ALGORITHM = "sodm"
+
+TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "sodm-rbf": {"summary": "SODM with an RBF kernel (defaults elsewhere)",
+                 "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
+                           "algorithm": "sodm", "params": {"kernel": "rbf", "lam": 1000},
+                           "test_fraction": 0.2, "seed": 0, "name": "churn"}},
+    "odm-linear-search": {"summary": "Exact linear ODM with a grid search over lam",
+                          "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
+                                    "algorithm": "odm", "params": {"kernel": "linear"},
+                                    "search": {"grid": {"lam": [10, 100, 1000]}, "folds": 3}}},
+    "sodm-spark": {"summary": "SODM on the Spark backend",
+                   "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
+                             "algorithm": "sodm", "backend": "spark",
+                             "params": {"kernel": "rbf", "p": 4, "levels": 2}}},
+}
 
 
 class SearchSpec(BaseModel):
-    """Grid search with stratified k-fold cross-validation on the training part."""
+    """Grid search with stratified k-fold cross-validation on the training part: every
+    combination of the listed parameter values (at most ``SODM_LIMIT_GRID_POINTS``), each
+    value checked like the same key of ``params``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    grid: dict[str, list[Any]] = Field(min_length=1)
-    folds: int = Field(default=3, ge=2, le=20)
+    grid: dict[str, list[Any]] = Field(min_length=1, examples=[{"lam": [10, 100, 1000],
+                                                                "gamma": ["scale", 0.5]}])
+    folds: int = Field(default=3, ge=2, description="at most SODM_LIMIT_SEARCH_FOLDS (20)")
 
 
-class TrainRequest(BaseModel):
-    """Body of ``POST /train``. Unknown top-level keys are rejected (422)."""
+class TrainRequestBase(BaseModel):
+    """The fields every ``POST /train`` body has; ``algorithm`` selects the variant and with
+    it the typed ``params``. Unknown keys are rejected (422)."""
 
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=64, pattern=ID_PATTERN)
-    algorithm: Algorithm = Field(
-        default="sodm", description="sodm, odm, or a baseline: cascade (Ca-ODM), dip "
-        "(DiP-ODM), dc (DC-ODM), svrg (ODM-SVRG, linear kernel)")
-    params: dict[str, Any] = Field(
-        default_factory=dict, description="estimator keyword arguments, validated by the "
-        "estimator (unknown keys and bad values: 422 naming the field); random_state "
-        "defaults to seed")
     backend: Literal["local", "spark"] = Field(
-        default="local", description="spark needs SODM_SPARK_REMOTE or SODM_SPARK_MASTER")
+        default="local", description="spark (algorithm sodm only) needs SODM_SPARK_REMOTE or "
+        "SODM_SPARK_MASTER")
     test_dataset_id: str | None = Field(default=None, max_length=64, pattern=ID_PATTERN,
                                         description="held-out dataset for the metrics")
     test_fraction: float | None = Field(
         default=None, gt=0.0, lt=1.0, description="stratified held-out fraction (by seed) "
         "when no test_dataset_id; 0.2 when neither is given")
     seed: int = Field(default=0, ge=0, le=2**31 - 1,
-                      description="split, CV folds and solver randomness")
+                      description="split, CV folds and solver randomness (the estimator's "
+                      "random_state)")
     search: SearchSpec | None = Field(
         default=None, description="grid search by k-fold CV accuracy on the training part; "
         "the best point is refitted on the whole training part (local backend only)")
@@ -50,6 +66,48 @@ class TrainRequest(BaseModel):
                              pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="model name (versions increase per name); default "
                              "<dataset name>-<algorithm>")
+
+    # set by each variant
+    algorithm: str
+    params: BaseModel
+
+    def param_values(self) -> dict[str, Any]:
+        """The parameters the request set (the rest take the estimator's defaults)."""
+        return self.params.model_dump(mode="json", exclude_unset=True)
+
+    def stored(self) -> dict[str, Any]:
+        """The request as the job records it (``params`` as sent, not filled in)."""
+        return {**self.model_dump(mode="json", exclude={"params"}),
+                "params": self.param_values()}
+
+
+def _variant(name: str) -> type[TrainRequestBase]:
+    alg = algorithms.ALGORITHMS[name]
+    params = algorithms.params_model(name)
+    return create_model(
+        f"{params.__name__.removesuffix('Params')}TrainRequest", __base__=TrainRequestBase,
+        __doc__=f"{alg.title}: {alg.description}",
+        algorithm=(Literal[name], Field(description="the algorithm (default sodm when left "
+                                                    "out)")),  # type: ignore[valid-type]
+        params=(params, Field(default_factory=params, description="the parameters of "
+                              f"{alg.title}; each one left out takes its default")))
+
+
+TRAIN_VARIANTS: dict[str, type[TrainRequestBase]] = {
+    name: _variant(name) for name in algorithms.ALGORITHM_NAMES}
+
+
+class TrainRequest(RootModel[Annotated[Union[tuple(TRAIN_VARIANTS.values())],  # noqa: UP007
+                                       Field(discriminator="algorithm")]]):
+    """Body of ``POST /train``: one variant per ``algorithm`` (a discriminated union; a body
+    without ``algorithm`` is an ``sodm`` request)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algorithm(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "algorithm" not in value:
+            return {**value, "algorithm": DEFAULT_ALGORITHM}
+        return value
 
 
 class Progress(BaseModel):
@@ -61,7 +119,7 @@ class JobOut(BaseModel):
     """A training job as the API shows it."""
 
     id: str
-    state: str
+    state: JobState
     dataset_id: str
     test_dataset_id: str | None
     algorithm: str

@@ -23,59 +23,15 @@ from sqlalchemy.orm import Session
 from app.config import get_settings
 from app.models import TERMINAL_STATES, Dataset, Job, Tenant, utcnow
 from app.problems import ProblemError
-from app.schemas.jobs import TrainRequest
+from app.schemas.jobs import TrainRequestBase
+from app.services.algorithms import ParamError, build_estimator
 from app.services.cursors import as_utc, page, split_page
 from solver.sodm import default_fanin
 
 log = logging.getLogger(__name__)
 
 PROBLEM_BASE = "https://sodm.dev/problems/"
-MAX_GRID_POINTS = 200
 TRAIN_TASK = "worker.tasks.train_job"
-
-
-class ParamError(ValueError):
-    """A bad hyperparameter; ``field`` names it (e.g. ``params.lam``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-# ---------------------------------------------------------------------------- estimators
-def estimator_class(algorithm: str) -> type:
-    """The estimator class of an algorithm name (``app.services.algorithms``)."""
-    from app.services.algorithms import ESTIMATORS
-
-    if algorithm not in ESTIMATORS:
-        raise ParamError("algorithm", f"unknown algorithm {algorithm!r}")
-    return ESTIMATORS[algorithm]
-
-
-def build_estimator(algorithm: str, params: dict[str, Any], seed: int):
-    """Construct and validate an estimator; raises ``ParamError`` naming the bad field.
-
-    ``random_state`` defaults to the request's ``seed`` so a job is reproducible and equals
-    the library's own fit with the same parameters.
-    """
-    cls = estimator_class(algorithm)
-    known = set(cls().get_params().keys())
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ParamError(f"params.{unknown[0]}",
-                         f"unknown parameter(s) {unknown} for {algorithm}; "
-                         f"known: {sorted(known)}")
-    kwargs = {"random_state": seed, **params}
-    est = cls(**kwargs)
-    try:
-        est.validate_params()
-    except ValueError as exc:
-        m = re.search(r"parameter (\w+)", str(exc))
-        name = m.group(1) if m else None
-        if name is None:
-            name = next((k for k in params if k in str(exc)), "params")
-        raise ParamError(f"params.{name}" if name != "params" else name, str(exc)) from exc
-    return est
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -85,29 +41,50 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
             for vals in itertools.product(*(grid[k] for k in keys))]
 
 
-def validate_request(body: TrainRequest) -> None:
-    """Early validation with the estimator's own checks (422 problems naming the field)."""
+def _check_search(body: TrainRequestBase) -> None:
+    """Grid keys are parameters of the algorithm, every value valid for its key, the number
+    of points and folds within this server's limits (``ParamError`` naming the field)."""
+    settings = get_settings()
+    search = body.search
+    assert search is not None
+    if search.folds > settings.limit_search_folds:
+        raise ParamError("search.folds", f"{search.folds} folds is above this server's limit "
+                         f"of {settings.limit_search_folds} (SODM_LIMIT_SEARCH_FOLDS)",
+                         limit=settings.limit_search_folds, setting="SODM_LIMIT_SEARCH_FOLDS")
+    n = 1
+    for key, values in search.grid.items():
+        if not values:
+            raise ParamError(f"search.grid.{key}", "a grid needs at least one value")
+        n *= len(values)
+    if n > settings.limit_grid_points:
+        raise ParamError("search.grid", f"{n} grid points is above this server's limit of "
+                         f"{settings.limit_grid_points} (SODM_LIMIT_GRID_POINTS)",
+                         limit=settings.limit_grid_points, setting="SODM_LIMIT_GRID_POINTS")
+    given = body.param_values()
+    for key, values in search.grid.items():
+        for v in values:
+            try:
+                build_estimator(body.algorithm, {**given, key: v}, body.seed)
+            except ParamError as exc:
+                raise ParamError(f"search.grid.{key}", str(exc), limit=exc.limit,
+                                 setting=exc.setting) from exc
+
+
+def validate_request(body: TrainRequestBase) -> None:
+    """Checks beyond the typed request: the estimator's own cross-parameter rules, the
+    search grid, and the backend (422 problems naming the field)."""
     settings = get_settings()
     try:
-        build_estimator(body.algorithm, body.params, body.seed)
+        build_estimator(body.algorithm, body.param_values(), body.seed)
         if body.search is not None:
-            n = 1
-            for key, values in body.search.grid.items():
-                if not values:
-                    raise ParamError(f"search.grid.{key}", "a grid needs at least one value")
-                n *= len(values)
-            if n > MAX_GRID_POINTS:
-                raise ParamError("search.grid", f"{n} grid points; at most {MAX_GRID_POINTS}")
-            for key, values in body.search.grid.items():
-                for v in values:
-                    try:
-                        build_estimator(body.algorithm, {**body.params, key: v}, body.seed)
-                    except ParamError as exc:
-                        raise ParamError(f"search.grid.{key}", str(exc)) from exc
+            _check_search(body)
     except ParamError as exc:
+        if exc.limit is not None:
+            raise ProblemError(422, "Parameter above this server's limit", detail=str(exc),
+                               type=PROBLEM_BASE + "limit-exceeded",
+                               errors=[exc.error()]) from exc
         raise ProblemError(422, "Invalid training parameters", detail=str(exc),
-                           type=PROBLEM_BASE + "invalid-params",
-                           errors=[{"field": exc.field, "message": str(exc)}]) from exc
+                           type=PROBLEM_BASE + "invalid-params", errors=[exc.error()]) from exc
     if body.test_dataset_id is not None and body.test_fraction is not None:
         raise ProblemError(422, "Invalid training request",
                            detail="give test_dataset_id or test_fraction, not both",
@@ -132,9 +109,9 @@ def validate_request(body: TrainRequest) -> None:
                                     "message": "not with backend spark"}])
 
 
-def request_hash(body: TrainRequest) -> str:
+def request_hash(body: TrainRequestBase) -> str:
     """Fingerprint of the request body (Idempotency-Key reuse with another body -> 422)."""
-    canon = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    canon = json.dumps(body.stored(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
@@ -157,7 +134,7 @@ def _existing(session: Session, tenant: Tenant, key: str, digest: str) -> Job | 
     return job
 
 
-def create_job(session: Session, tenant: Tenant, body: TrainRequest,
+def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
                idempotency_key: str | None) -> tuple[Job, bool]:
     """Insert a QUEUED job (or find the idempotent twin); returns ``(job, created)``.
 
@@ -182,12 +159,12 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequest,
                                f"dataset {ds.n_features}", type=PROBLEM_BASE + "invalid-request",
                                errors=[{"field": "test_dataset_id", "message": "too many "
                                         "features"}])
-    check_partitions(body.params, training_rows(ds.n_rows, body))
+    params = body.param_values()
+    check_partitions(params, training_rows(ds.n_rows, body))
     settings = get_settings()
-    req = body.model_dump(mode="json")
     job = Job(
         tenant_id=tenant.id, dataset_id=ds.id, test_dataset_id=body.test_dataset_id,
-        algorithm=body.algorithm, backend=body.backend, params=dict(body.params), request=req,
+        algorithm=body.algorithm, backend=body.backend, params=params, request=body.stored(),
         model_name=body.name or default_model_name(ds.name, body.algorithm), state="QUEUED",
         progress_fraction=0.0, progress_message="queued", history=[], attempt=0,
         max_attempts=settings.job_max_attempts, idempotency_key=key, request_hash=digest,
@@ -207,7 +184,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequest,
     return job, True
 
 
-def training_rows(n_rows: int, body: TrainRequest) -> int:
+def training_rows(n_rows: int, body: TrainRequestBase) -> int:
     """Rows the fit sees: the whole dataset with a test dataset, else the split's share."""
     if body.test_dataset_id is not None:
         return n_rows

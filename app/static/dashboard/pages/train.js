@@ -1,55 +1,66 @@
-// The train form: dataset, algorithm, kernel and ODM parameters (with their defaults and
-// meaning), backend and test split. Submitting POSTs /train and opens the new job's live page;
-// a 422 problem is shown inline next to the field it names.
+// The train form: dataset, algorithm, kernel and parameters, backend and test split. The
+// algorithms and their parameters (type, default, bounds, this server's limits, meaning) come
+// from GET /algorithms, the same specs that validate POST /train. Submitting POSTs /train with
+// the values that differ from the algorithm's defaults and opens the new job's live page; a
+// 422 problem is shown inline next to the field it names.
 
 import { api, listAll } from "../api.js";
 import { h, link, pageHeader, problemBox, section } from "../ui.js";
 
-const ALGORITHMS = [
-  ["sodm", "SODM: stratified partitions solved in parallel and merged level by level (Wang et al., IJCAI-23)"],
-  ["odm", "ODM: the exact dual coordinate descent solver on all the data"],
-  ["cascade", "Ca-ODM baseline: cascade of partition solvers"],
-  ["dip", "DiP-ODM baseline: distributed partitions"],
-  ["dc", "DC-ODM baseline: divide and conquer"],
-  ["svrg", "ODM-SVRG baseline: stochastic variance-reduced gradient (linear)"],
-];
+// Shown with the algorithm select and the kernel; every other parameter is a field below.
+const OWN_FIELDS = new Set(["kernel"]);
 
-// [name, label, default, meaning, {kernels, algorithms, kind}]; a default may differ per
-// algorithm ({algorithm: value, "*": value}); "" means "chosen by the solver".
-const KERNEL_ALGS = ["sodm", "odm", "cascade", "dip", "dc"];
-const LEVEL_ALGS = ["sodm", "cascade", "dip", "dc"];
-const PARAMS = [
-  ["lam", "λ (lam)", 1000, "Weight of the margin loss against model complexity ½‖w‖²; larger fits the training data harder.", { kind: "number", min: 0 }],
-  ["upsilon", "υ (upsilon)", 0.5, "Relative weight of margins above the band versus below it (0 < υ ≤ 1).", { kind: "number", min: 0, max: 1 }],
-  ["theta", "θ (theta)", 0.2, "Half-width of the free band [1−θ, 1+θ]: margins inside it cost nothing (0 ≤ θ < 1).", { kind: "number", min: 0, max: 1 }],
-  ["gamma", "γ (gamma)", "scale", "Kernel width for rbf/poly: a number, or \"scale\" = 1 / (features · variance of X).", { kernels: ["rbf", "poly"], algorithms: KERNEL_ALGS, kind: "text" }],
-  ["degree", "degree", 3, "Polynomial kernel degree.", { kernels: ["poly"], algorithms: KERNEL_ALGS, kind: "int", min: 1 }],
-  ["coef0", "coef0", 1.0, "Polynomial kernel offset.", { kernels: ["poly"], algorithms: KERNEL_ALGS, kind: "number" }],
-  ["p", "p", "", "Partitions merged into one at each level (SODM); the last level has p partitions. Empty: the fewest whose kernels fit the kernel cache.", { algorithms: ["sodm"], kernels: ["rbf", "poly"], kind: "int", min: 2 }],
-  ["levels", "levels", { sodm: "", dc: 2, "*": 3 }, "Merge levels below the global solve (more levels: more, smaller partitions). SODM: empty = chosen from the data size.", { algorithms: LEVEL_ALGS, kind: "int", min: 0 }],
-  ["n_strata", "strata", "", "Strata (landmark clusters) used to draw representative partitions. Empty: automatic.", { algorithms: ["sodm"], kind: "int", min: 1 }],
-  ["n_clusters", "clusters", 20, "k-means clusters that DiP-ODM spreads over the partitions.", { algorithms: ["dip"], kind: "int", min: 1 }],
-  ["fanout", "fanout", 4, "DC-ODM: fanout^level kernel k-means clusters at each level.", { algorithms: ["dc"], kind: "int", min: 2 }],
-  ["sample_size", "k-means sample", 2000, "DC-ODM: rows sampled for kernel k-means.", { algorithms: ["dc"], kind: "int", min: 10 }],
-  ["epochs", "epochs", "", "Passes of the SVRG solver (linear). Empty: default.", { algorithms: ["sodm", "svrg"], kernels: ["linear"], kind: "int", min: 1 }],
-  ["step_size", "step size", "", "SVRG step size. Empty: derived from the data's smoothness.", { algorithms: ["sodm", "svrg"], kernels: ["linear"], kind: "number", min: 0 }],
-  ["n_jobs", "parallel workers", 1, "Processes solving partitions at the same time (-1: all cores).", { algorithms: LEVEL_ALGS, kind: "int" }],
-  ["tol", "tolerance", { svrg: 1e-6, "*": 0.001 }, "Stopping tolerance (KKT violation of a local solve; gradient norm for SVRG).", { kind: "number", min: 0 }],
-  ["max_iter", "max iterations", 1000, "Iteration cap of each local solve.", { algorithms: KERNEL_ALGS, kind: "int", min: 1 }],
-];
-
-function defaultFor(def, algorithm) {
-  if (def !== null && typeof def === "object") return algorithm in def ? def[algorithm] : def["*"];
-  return def;
+function fmtDefault(v) {
+  if (v === null || v === undefined) return "";
+  return typeof v === "number" && Math.abs(v) > 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v);
 }
 
-function paramApplies(spec, algorithm, kernel) {
-  return (!spec.kernels || spec.kernels.includes(kernel)) && (!spec.algorithms || spec.algorithms.includes(algorithm));
+function bounds(spec) {
+  const out = [];
+  if (spec.minimum !== null) out.push(`≥ ${spec.minimum}`);
+  if (spec.exclusive_minimum !== null) out.push(`> ${spec.exclusive_minimum}`);
+  if (spec.maximum !== null) out.push(`≤ ${spec.maximum}`);
+  if (spec.exclusive_maximum !== null) out.push(`< ${spec.exclusive_maximum}`);
+  return out.join(", ");
+}
+
+function paramApplies(spec, kernel) {
+  return !spec.kernels.length || spec.kernels.includes(kernel);
+}
+
+// An input for a parameter spec: a select for booleans and choices, a number input for plain
+// numbers, a text input for numbers that also accept words ("scale", "auto").
+function controlFor(spec) {
+  const id = `p-${spec.name}`;
+  if (spec.type === "boolean" || spec.type === "choice") {
+    const values = spec.type === "boolean" ? ["true", "false"] : spec.choices;
+    const opts = values.map((v) => h("option", { value: v }, v));
+    if (spec.nullable) opts.unshift(h("option", { value: "" }, "auto"));
+    return h(`select#${id}`, { name: spec.name }, opts);
+  }
+  if (spec.words.length) {
+    return h(`input#${id}`, { name: spec.name, type: "text", inputmode: "decimal", autocomplete: "off" });
+  }
+  const max = spec.limit ? spec.limit.value : spec.maximum;
+  return h(`input#${id}`, { name: spec.name, type: "number", step: spec.type === "integer" ? "1" : "any",
+    min: spec.minimum ?? undefined, max: max ?? undefined });
+}
+
+// The JSON value of a control for a spec ("" = left out).
+function valueOf(spec, raw) {
+  if (raw === "") return "";
+  if (spec.type === "boolean") return raw === "true";
+  if (spec.type === "choice") return raw;
+  if (spec.words.includes(raw)) return raw;
+  const n = Number(raw);
+  return Number.isFinite(n) ? n : raw; // the server names what is wrong with a non-number
 }
 
 export async function renderTrain(main, { params, signal, navigate }) {
   document.title = "Train · SODM";
-  const datasets = await listAll("/datasets", { signal, maxPages: 5 });
+  const [datasets, algs] = await Promise.all([listAll("/datasets", { signal, maxPages: 5 }),
+    api("/algorithms", { signal })]);
+  const ALGS = new Map(algs.items.map((a) => [a.name, a]));
   main.append(pageHeader("Train a model"));
   if (!datasets.length) {
     main.append(h("p.empty-state", {}, "Upload a dataset first: ", link("/datasets", "Datasets")));
@@ -67,9 +78,10 @@ export async function renderTrain(main, { params, signal, navigate }) {
   };
 
   const dataset = h("select#tr-dataset", { name: "dataset_id", required: true }, dsOptions(pre));
-  const algorithm = h("select#tr-algorithm", { name: "algorithm" }, ALGORITHMS.map(([v]) => h("option", { value: v }, v)));
+  const algorithm = h("select#tr-algorithm", { name: "algorithm" }, algs.items.map((a) => h("option", { value: a.name }, `${a.name} (${a.title})`)));
   const algHelp = h("span");
   const kernel = h("select#tr-kernel", { name: "kernel" }, ["rbf", "linear", "poly"].map((k) => h("option", { value: k }, k)));
+  const specOf = (name) => ALGS.get(algorithm.value).params.find((p) => p.name === name);
   const backend = h("select#tr-backend", { name: "backend" }, h("option", { value: "local" }, "local (this machine's worker)"), h("option", { value: "spark" }, "spark (cluster)"));
   const split = h("select#tr-split", { name: "split" },
     h("option", { value: "fraction" }, "hold out a fraction of the rows"),
@@ -80,41 +92,53 @@ export async function renderTrain(main, { params, signal, navigate }) {
   const seed = h("input#tr-seed", { type: "number", min: "0", step: "1", value: "0", name: "seed" });
   const name = h("input#tr-name", { type: "text", name: "name", pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]*", placeholder: "defaults to the dataset name" });
 
+  // one field per parameter name of any algorithm; each algorithm shows the ones it has
   const inputs = new Map();
-  const paramFields = PARAMS.map(([key, label, def, meaning, spec]) => {
-    const isNum = spec.kind !== "text";
-    const input = h(`input#p-${key}`, { name: key, type: isNum ? "number" : "text",
-      step: spec.kind === "int" ? "1" : "any", min: spec.min, max: spec.max });
-    const defaultNote = h("span.default-note");
-    inputs.set(key, { input, def, spec, defaultNote, shown: null });
-    const wrap = field(`params.${key}`, `p-${key}`, label, input, [meaning, " ", defaultNote]);
-    wrap.dataset.param = key;
-    return wrap;
-  });
-  // each algorithm's defaults; a value the user typed is kept when the algorithm changes
-  function applyDefaults() {
-    for (const entry of inputs.values()) {
-      const { input, def, defaultNote } = entry;
-      const d = defaultFor(def, algorithm.value);
-      if (entry.shown === null || input.value === String(entry.shown)) input.value = d;
-      entry.shown = d;
-      input.placeholder = d === "" ? "auto" : String(d);
-      defaultNote.textContent = d === "" ? "" : `Default ${d}.`;
+  const basic = [];
+  const advanced = [];
+  for (const a of algs.items) {
+    for (const spec of a.params) {
+      if (OWN_FIELDS.has(spec.name) || inputs.has(spec.name)) continue;
+      const input = controlFor(spec);
+      const note = h("span.default-note");
+      // the API's "null" (the solver chooses) is an empty field here
+      const meaning = spec.description.replace(/\bnull\b/g, "empty");
+      const wrap = field(`params.${spec.name}`, `p-${spec.name}`, spec.name, input, [meaning, " ", note]);
+      wrap.dataset.param = spec.name;
+      inputs.set(spec.name, { input, note, wrap, shown: null });
+      (spec.advanced ? advanced : basic).push(wrap);
     }
   }
+  // each algorithm's defaults; a value the user typed is kept when the algorithm changes
+  function applyDefaults() {
+    for (const [name, entry] of inputs) {
+      const spec = specOf(name);
+      if (!spec) continue;
+      const { input, note } = entry;
+      const d = fmtDefault(spec.default);
+      if (entry.shown === null || input.value === entry.shown) input.value = d;
+      entry.shown = d;
+      if (input.tagName === "INPUT") input.placeholder = d === "" ? "auto" : d;
+      const limit = spec.limit ? ` At most ${spec.limit.value} on this server.` : "";
+      const range = bounds(spec);
+      note.textContent = `${d === "" ? "Default: chosen by the solver." : `Default ${d}.`}${range ? ` Range ${range}.` : ""}${limit}`;
+    }
+  }
+  const more = h("details.more-params", {}, h("summary", {}, "More parameters"), h("div.grid-3", {}, advanced));
 
   const splitFraction = field("test_fraction", "tr-fraction", "Test fraction", fraction, "Share of rows held out (stratified) for the metrics.");
   const splitDataset = field("test_dataset_id", "tr-testds", "Test dataset", testDs, "Metrics are measured on this dataset.");
   function refresh() {
     applyDefaults();
-    const linearOnly = algorithm.value === "svrg";
-    for (const opt of kernel.options) opt.disabled = linearOnly && opt.value !== "linear";
-    if (linearOnly) kernel.value = "linear";
-    algHelp.textContent = ALGORITHMS.find(([v]) => v === algorithm.value)[1];
-    for (const wrap of paramFields) {
-      const { spec } = inputs.get(wrap.dataset.param);
-      wrap.hidden = !paramApplies(spec, algorithm.value, kernel.value);
+    const kernels = specOf("kernel").choices;
+    for (const opt of kernel.options) opt.disabled = !kernels.includes(opt.value);
+    if (!kernels.includes(kernel.value)) kernel.value = kernels[0];
+    algHelp.textContent = ALGS.get(algorithm.value).description;
+    for (const [name, { wrap }] of inputs) {
+      const spec = specOf(name);
+      wrap.hidden = !spec || !paramApplies(spec, kernel.value);
     }
+    more.hidden = advanced.every((w) => w.hidden);
     splitFraction.hidden = split.value !== "fraction";
     splitDataset.hidden = split.value !== "dataset";
   }
@@ -126,11 +150,14 @@ export async function renderTrain(main, { params, signal, navigate }) {
     e.preventDefault();
     for (const { err, control } of errs.values()) { err.hidden = true; control.removeAttribute("aria-invalid"); }
     const body = { dataset_id: dataset.value, algorithm: algorithm.value, backend: backend.value, seed: Number(seed.value || 0), params: { kernel: kernel.value } };
-    for (const [key, { input, spec }] of inputs) {
-      if (!paramApplies(spec, algorithm.value, kernel.value)) continue;
+    for (const [key, { input }] of inputs) {
+      const spec = specOf(key);
+      if (!spec || !paramApplies(spec, kernel.value)) continue;
       const raw = input.value.trim();
-      if (raw === "") continue;
-      body.params[key] = spec.kind === "text" ? (Number.isFinite(Number(raw)) ? Number(raw) : raw) : Number(raw);
+      if (raw === fmtDefault(spec.default)) continue; // the default: left out
+      const value = valueOf(spec, raw);
+      if (value === "") continue;
+      body.params[key] = value;
     }
     if (split.value === "fraction") body.test_fraction = Number(fraction.value);
     if (split.value === "dataset") body.test_dataset_id = testDs.value;
@@ -169,7 +196,7 @@ export async function renderTrain(main, { params, signal, navigate }) {
       field("algorithm", "tr-algorithm", "Algorithm", algorithm, algHelp),
       field("params.kernel", "tr-kernel", "Kernel", kernel, "rbf: exp(−γ‖x−z‖²); poly: (γ⟨x,z⟩+coef0)^degree; linear: ⟨x,z⟩."),
       field("backend", "tr-backend", "Backend", backend, "Where the solver runs."))),
-  section("Parameters", h("div.grid-3", {}, paramFields)),
+  section("Parameters", h("div.grid-3", {}, basic), more),
   h("div.form-actions", {}, submit, status));
   main.append(form);
   refresh();
