@@ -1,13 +1,14 @@
 """The kernel solver's direct Newton step and kernel allocation, measured on one core.
 
-Reproduces the numbers quoted in ``solver/dcd_kernel.py`` and ``solver/buffers.py``:
+Reproduces the numbers behind the constants of ``solver/newton_kernel.py`` and
+``solver/buffers.py`` (``docs/design-notes.md``):
 
-1. Cholesky of a 5,000-row RBF face system in float64 vs float32 (``_face_solve`` factors
+1. Cholesky of a 5,000-row RBF face system in float64 vs float32 (``FaceSystems`` factors
    in float32 and refines in float64);
 2. the float32 RBF kernel of 12,500 ijcnn1 rows computed into a fresh ``np.empty`` array,
    into ``solver.buffers.empty`` (pages mapped up front) and into an already-touched array;
 3. one 12,500-row ijcnn1 partition (lam = 1e5, gamma = 100/22, theta = 0.2, upsilon = 0.5,
-   cache_size = 1024, tol = 1e-3) solved with several ``_DIRECT_MAX_FACE`` caps, and one
+   cache_size = 1024, tol = 1e-3) solved with several ``DIRECT_MAX_FACE`` caps, and one
    14,884-row cod-rna partition (the benchmark's settings): epochs, the face size of every
    factorization, the faces solved from an earlier factor, and seconds.
 
@@ -26,6 +27,7 @@ from threadpoolctl import threadpool_limits
 from bench.data import load_split
 from solver import buffers
 from solver import dcd_kernel as dk
+from solver import newton_kernel as nwt
 from solver.formulation import ODMParams
 from solver.kernels import Kernel, kernel_matrix
 
@@ -65,13 +67,13 @@ def main() -> None:
             print(f"float32 kernel of {n} rows into {label}: {t:.2f} s", flush=True)
         out = None
         params = ODMParams(lam=1e5, upsilon=0.5, theta=0.2)
-        default_cap = dk._DIRECT_MAX_FACE
+        default_cap = nwt.DIRECT_MAX_FACE
         try:
             for cap in a.caps:
-                dk._DIRECT_MAX_FACE = cap
+                nwt.DIRECT_MAX_FACE = cap
                 _partition(f"ijcnn1 partition, face cap {cap}", X, y, kernel, params)
         finally:
-            dk._DIRECT_MAX_FACE = default_cap
+            nwt.DIRECT_MAX_FACE = default_cap
         # the first level-1 partition of cod-rna's SODM fit has 14,884 rows
         c = load_split("cod-rna")
         idx = np.random.default_rng(0).permutation(len(c.y_train))[:14_884]
@@ -80,7 +82,7 @@ def main() -> None:
                    Kernel("rbf", gamma=10.0 / 8), ODMParams(lam=1e5, upsilon=0.5, theta=0.8))
 
 
-class _CountingFaces(dk._FaceSystems):
+class _CountingFaces(nwt.FaceSystems):
     """The solver's face systems, keeping the size of every factored face."""
 
     last: _CountingFaces | None = None
@@ -98,15 +100,15 @@ class _CountingFaces(dk._FaceSystems):
 def _partition(label: str, X, y, kernel: Kernel, params: ODMParams) -> None:
     """Solve one partition (cache_size 1024, tol 1e-3) and print seconds, epochs, the faces
     factored and how many faces were solved from an earlier factor."""
-    real = dk._FaceSystems
-    dk._FaceSystems = _CountingFaces
+    real = nwt.FaceSystems
+    nwt.FaceSystems = _CountingFaces
     try:
         t = time.perf_counter()
         r = dk.solve_kernel_dual(X, y, kernel, params, tol=1e-3, cache_size=1024,
                                  random_state=0)
         sec = time.perf_counter() - t
     finally:
-        dk._FaceSystems = real
+        nwt.FaceSystems = real
     f = _CountingFaces.last
     print(f"{label}: {sec:.2f} s, {r.n_iter} epochs, factorizations of {f.sizes}, "
           f"{f.n_updated} faces solved from an earlier factor", flush=True)

@@ -21,6 +21,7 @@ __all__ = [
     "KERNEL_NAMES",
     "kernel_matrix",
     "kernel_combination",
+    "kernel_decision",
     "kernel_diag",
     "row_sq_norms",
     "rkhs_sq_distance",
@@ -203,6 +204,17 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
                                         int(kernel.degree), C, out[s:e])
     return out[:, 0] if vector else out
 
+
+
+def kernel_decision(X, kernel: Kernel, nu: np.ndarray, Z=None, *,
+                    block_elems: int = _BLOCK_ELEMS) -> np.ndarray:
+    """``f(z_j) = sum_i nu_i k(x_i, z_j)`` for every row of ``Z`` (default ``X``), over the
+    nonzero coefficients only (:func:`kernel_combination`)."""
+    Z = X if Z is None else Z
+    nz = np.flatnonzero(nu)
+    if nz.size == 0:
+        return np.zeros(Z.shape[0])
+    return kernel_combination(kernel, Z, X[nz], nu[nz], block_elems=block_elems)
 
 def kernel_diag(kernel: Kernel, A) -> np.ndarray:
     """The diagonal ``k(a_i, a_i)`` without forming the matrix."""

@@ -11,8 +11,10 @@ import scipy.sparse as sp
 from scipy.optimize import minimize, nnls
 from sklearn.exceptions import ConvergenceWarning
 
+from solver import newton_kernel as nwt
 from solver.dcd_kernel import kernel_kkt_violation, solve_kernel_dual
 from solver.formulation import ODMParams, dual_objective, slacks_from_alpha
+from solver.kernel_columns import ColumnStore
 from solver.kernels import Kernel, kernel_matrix
 
 TOL = 1e-9
@@ -306,16 +308,14 @@ def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
     # an ill-conditioned face system (RBF Gram + 1e-4 I: condition ~1e6): the float32
     # Cholesky alone is off by ~1e-2, the refined solution meets the target residual, from
     # the whole matrix and in column-cache mode alike
-    from solver import dcd_kernel as dk
-
     X, _ = _data(m=300, n=3, seed=7)
     kernel = Kernel("rbf", gamma=1.0)
-    store = dk._ColumnStore(X, kernel, cache_mb * (1 << 20))
+    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
     assert store.full == (cache_mb == 64.0)
     S = np.arange(0, 300, 2, dtype=np.int64)
     D = np.full(S.size, 1e-4)
     t = np.random.default_rng(0).normal(size=S.size)
-    x = dk._FaceSystems(store).solve(S, D, t, 1e-9)
+    x = nwt.FaceSystems(store).solve(S, D, t, 1e-9)
     A = kernel_matrix(kernel, X[S]) + np.diag(D)
     assert np.abs(A @ x - t).max() <= 1e-9
     np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-6, atol=1e-6 * np.abs(x).max())
@@ -327,12 +327,10 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
     # the other side, i.e. a new diagonal entry) is solved from that factor in full-matrix
     # mode, refactored in column-cache mode, to the same accuracy; a face with nothing in
     # common gets a factor of its own
-    from solver import dcd_kernel as dk
-
     X, _ = _data(m=300, n=3, seed=7)
     kernel = Kernel("rbf", gamma=1.0)
-    store = dk._ColumnStore(X, kernel, cache_mb * (1 << 20))
-    faces = dk._FaceSystems(store)
+    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
+    faces = nwt.FaceSystems(store)
     rng = np.random.default_rng(0)
     S = np.arange(0, 300, 2, dtype=np.int64)
     S2 = np.concatenate((S[10:], [1, 3, 5, 7]))  # 10 rows out, 4 in
@@ -355,8 +353,6 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
     # the ill-conditioned problem above, 30 epochs of coordinate descent, then one Newton
     # attempt whose budget is too small to converge: it may move the iterate, but only to a
     # feasible point with exact f = K nu and a lower dual objective
-    from solver import dcd_kernel as dk
-
     X, y = _data(m=120, n=3, seed=12)
     X = np.c_[X, np.ones(len(y))]
     kernel = Kernel("poly", gamma=8.0, degree=2, coef0=1.0)
@@ -372,8 +368,8 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
     for budget in (2, 5, 20, 60):
         alpha = start.alpha.copy()
         f = K @ (y * (alpha[:, 0] - alpha[:, 1]))
-        store = dk._ColumnStore(X, kernel, 64 * dk._MB)
-        ok, moved = dk._active_set_newton(store, np.diag(K).copy(), y, alpha, f, dz, db,
+        store = ColumnStore(X, kernel, 64 * (1 << 20))
+        ok, moved = nwt.active_set_newton(store, np.diag(K).copy(), y, alpha, f, dz, db,
                                           params.theta, 1e-6, budget=budget)
         outcomes.add((ok, moved))
         if not moved:
@@ -390,11 +386,9 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
 def test_large_faces_wait_until_coordinate_descent_stops_shrinking_them():
     # predicted faces per epoch of an ijcnn1 partition (steadily shrinking: keep sweeping)
     # and a cod-rna partition (hovering: attempt the direct Newton step)
-    from solver.dcd_kernel import _face_stalled
-
     shrinking = [9568, 9420, 8975, 8774, 8468, 8145, 8303, 8092, 7446, 7333, 7098, 6842,
                  6693, 6727, 6664, 6313, 6234, 6126, 6185, 6014]
     hovering = [5778, 6270, 6692, 6908, 6966, 7095, 8172, 6853, 7391, 6759]
-    assert not any(_face_stalled(shrinking[:e]) for e in range(1, len(shrinking) + 1))
-    assert not any(_face_stalled(hovering[:e]) for e in range(1, len(hovering)))
-    assert _face_stalled(hovering)
+    assert not any(nwt.face_stalled(shrinking[:e]) for e in range(1, len(shrinking) + 1))
+    assert not any(nwt.face_stalled(hovering[:e]) for e in range(1, len(hovering)))
+    assert nwt.face_stalled(hovering)
