@@ -4,8 +4,8 @@ Public entry points: ``ODMClassifier`` / ``SODMClassifier`` (scikit-learn estima
 ``solver.model_io`` (portable model files), ``solver.margins`` (margin statistics) and
 ``solver.exceptions.FitCancelled``.
 
-The estimators (and with them scikit-learn, about 0.9 s of imports) load on first use, so
-the solver's worker processes, which import only the numeric modules, start fast.
+The estimators (and with them scikit-learn, a slow import) load on first use, so the
+solver's worker processes, which import only the numeric modules, start fast.
 """
 
 from typing import Any

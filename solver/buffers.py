@@ -1,10 +1,9 @@
 """Large work arrays allocated with their pages mapped up front.
 
 A fresh numpy array is backed by pages the OS maps on first touch, one fault per 4 KB page.
-On the VMs here that fault cost dominates building a kernel matrix: the 625 MB float32 kernel
-of a 12,500-row ijcnn1 partition took 2.74 s to compute into a new ``np.empty`` array, 0.65 s
-into one from this module and 0.45 s into one already touched (``bench/face_solve.py``; the
-kernel code reuses one buffer for its inner products for the same reason).  An
+On virtual machines that fault cost can dominate building a kernel matrix (measured in
+``docs/design-notes.md``; the kernel code reuses one buffer for its inner products for the
+same reason).  An
 anonymous ``mmap`` with ``MAP_POPULATE`` maps the pages in one system call.  Where
 ``MAP_POPULATE`` does not exist (not Linux), or for arrays under ``_MIN_BYTES``, this is
 ``np.empty``.  The mapping is released when the array is garbage-collected.

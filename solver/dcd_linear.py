@@ -9,9 +9,8 @@ violation is then recomputed from ``w`` and the solve goes on if it still exceed
 With at most ``_NEWTON_MAX_FEATURES`` features (``newton=True``) a primal finite Newton solve
 (:mod:`solver.newton_linear`, d x d systems) runs first, from the warm start; its dual from the
 KKT closed forms is returned when it meets ``tol`` (``n_iter = 0`` epochs), otherwise
-coordinate descent continues from it.  Dual CD needs more epochs the larger ``lam`` is (on
-svmguide1 and cod-rna it was 5x and 4.6x LIBLINEAR's time); Newton takes a few steps of
-O(nnz * d) whatever ``lam``.
+coordinate descent continues from it.  Dual CD needs more epochs the larger ``lam`` is;
+Newton takes a few steps of O(nnz * d) whatever ``lam`` (``docs/design-notes.md``).
 """
 
 from __future__ import annotations

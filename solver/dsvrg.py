@@ -27,17 +27,13 @@ digest section 1.8): ``grad p_i(w) = w + c_i(w) x_i`` with
   ``w`` is kept as ``u + s v`` (scalar ``s``) and ``x_i.u`` is precomputed once per epoch.
 * Step size: ``step_size`` or ``_STEP_FACTOR / L_max`` with the largest per-instance
   smoothness constant ``L_max = 1 + lam max(1, upsilon) max_i ||x_i||^2 / (1-theta)^2``
-  (each ``p_i`` is 1-strongly convex).  ``_STEP_FACTOR`` and the default ``epochs`` come from
-  ``bench/dsvrg_step.py`` (svmguide1, phishing, a9a[10k] with a bias column, lam 10 and 1000):
-  worst relative objective gap to the exact optimum after 10/20 epochs was 3.8e-7/6.7e-9 for
-  0.5/L, 5e-5/1.8e-6 for 0.25/L, 4.9e-4/1e-4 for 0.1/L (the textbook value) and
-  6.5e-3/4.2e-4 for 1/L (oscillates early), so 0.5/L with 20 epochs.
+  (each ``p_i`` is 1-strongly convex).  ``_STEP_FACTOR`` = 0.5 and 20 default ``epochs``:
+  the smallest objective gap after 10 and 20 epochs of the factors tried; 1/L oscillates
+  early (``bench/dsvrg_step.py``, ``docs/design-notes.md``).
 * Stops after ``epochs`` epochs, or earlier when ``||grad p(w)|| <= tol * ||grad p(0)||``
   (the relative criterion of LIBLINEAR's primal solvers, whose default is 1e-2).  Default
-  ``tol = 1e-3`` (the estimators' ``tol``): ``bench/dsvrg_tol.py`` on the five benchmark
-  sets at their CV-chosen parameters stopped after 5-8 epochs with a relative primal gap of
-  at most 2.6e-5 and the exact optimum's test accuracy (svmguide1 +0.0003); 1e-6 took 8-18
-  epochs for the same accuracy.
+  ``tol = 1e-3`` (the estimators' ``tol``): a small relative primal gap in a few epochs
+  (``bench/dsvrg_tol.py``, ``docs/design-notes.md``).
 """
 
 from __future__ import annotations

@@ -504,7 +504,7 @@ class ODMClassifier(_ODMBase):
     Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch), after a
     primal Newton solve when there are at most 1000 features; "rbf" and "poly" use the kernel
     solver with a bounded kernel cache of ``cache_size`` MB (its active-set Newton step may
-    add a face factor of up to a quarter of that, or 12 MB). ``tol`` is
+    add a face factor of up to a quarter of that, or of a 1,000-row face). ``tol`` is
     the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
     maximum number of epochs. See the module docstring for the conventions.
     """

@@ -29,7 +29,7 @@ class FitCancelled(Exception):
 
 def convergence_warning() -> type[Warning]:
     """scikit-learn's ``ConvergenceWarning``, imported only when a solver warns: importing
-    scikit-learn costs about 0.9 s, which the solver's worker processes otherwise skip."""
+    scikit-learn is slow, and the solver's worker processes otherwise skip it."""
     from sklearn.exceptions import ConvergenceWarning
 
     return ConvergenceWarning

@@ -55,7 +55,7 @@ _WORKER_LIMITS: list = []
 def _init_worker(blas_threads: int) -> None:
     """Give each worker its share of the cores for BLAS: n_jobs workers with a full-width
     OpenBLAS pool each oversubscribe the machine, and OpenBLAS threads spin while they wait
-    (the Cholesky solves of ``dcd_kernel`` ran 2-3x slower two at a time on 2 cores)."""
+    (``docs/design-notes.md``)."""
     import scipy.linalg  # noqa: F401  (load scipy's BLAS too, so the limit covers it)
     from threadpoolctl import threadpool_limits
 
