@@ -1,30 +1,31 @@
-"""Bearer API-key authentication and per-key rate limiting.
+"""Bearer API-key authentication and the shared rate limits.
 
 ``current_tenant`` is the FastAPI dependency every protected route uses. It reads
-``Authorization: Bearer <key>``, looks the key's SHA-256 hash up (revoked keys do not match),
-takes a token from the key's bucket and returns the key's ``Tenant``. The key itself is never
-logged or stored; problems name only what was wrong with it.
+``Authorization: Bearer <key>`` and finds the key by its SHA-256 hash: in this process's key
+cache (``app.services.cache``: entries live ``SODM_AUTH_CACHE_SECONDS`` and are dropped in
+every API process when the key is revoked), else in the database (on a thread, so the event
+loop never waits on it). A request without a valid key counts against its client address's
+allowance (an address that used it up is refused before its key is looked up); a valid one
+counts against its key's limit, weighted by the route's cost (``app.ratelimit``). It returns
+the key's ``Tenant`` (a detached copy: read its fields, do not add it to a session). The key
+itself is never logged or stored; problems name only what was wrong with it.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import secrets
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from app.config import get_settings
-from app.db import get_read_sessionmaker
 from app.models import Tenant
 from app.problems import ProblemError
-from app.ratelimit import TokenBuckets, retry_after_header
-from app.services.apikeys import resolve_key
+from app.ratelimit import Decision, limiter, route_cost
+from app.services import cache
+from app.services.apikeys import hash_key, looks_like_key, resolve_key
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sodm"'}
-
-
-@lru_cache
-def _buckets() -> TokenBuckets:
-    return TokenBuckets(get_settings().rate_limit_per_minute)
 
 
 def _unauthorized(detail: str, error: str = "invalid_token") -> ProblemError:
@@ -45,22 +46,82 @@ def bearer_key(request: Request) -> str:
     return key
 
 
-def current_tenant(request: Request) -> Tenant:
-    """FastAPI dependency: the tenant owning a valid, unrevoked key (else 401; 429 when the
-    key's rate limit is exhausted)."""
-    key = bearer_key(request)
+def _lookup(key_hash: str, key: str) -> cache.KeyEntry | None:
+    from app.db import get_read_sessionmaker
+
     with get_read_sessionmaker()() as session:
         found = resolve_key(session, key)
     if found is None:
-        raise _unauthorized("the API key is unknown, malformed or revoked")
+        return None
     api_key, tenant = found
-    wait = _buckets().take(api_key.id)
-    if wait > 0:
-        raise ProblemError(429, "Too many requests",
-                           detail=f"rate limit of {_buckets().per_minute} requests per minute "
-                                  "for this key exceeded", type="rate-limited",
-                           headers={"Retry-After": retry_after_header(wait)},
-                           retry_after_seconds=round(wait, 3))
-    request.state.tenant_id = tenant.id
-    request.state.key_prefix = api_key.prefix
-    return tenant
+    return cache.KeyEntry(api_key.id, key_hash, api_key.prefix, tenant.id, tenant.name,
+                          tenant.created_at)
+
+
+def _too_many(d: Decision, what: str) -> ProblemError:
+    return ProblemError(429, "Too many requests",
+                        detail=f"rate limit of {d.limit} {what} per minute exceeded; retry in "
+                               f"{d.retry_after()} s", type="rate-limited",
+                        headers={"Retry-After": d.retry_after(), **d.headers()},
+                        retry_after_seconds=int(d.retry_after()))
+
+
+async def _limit_address(request: Request, count: bool) -> None:
+    """The client address's allowance for requests without a valid key: counted (a failed
+    request) or only checked (before a key is looked up); 429 when it is used up."""
+    per_minute = get_settings().rate_limit_anonymous_per_minute
+    if per_minute <= 0:
+        return
+    address = request.client.host if request.client else "unknown"
+    if count:
+        d = await limiter().hit("address", address, per_minute, 1)
+    else:
+        d = await limiter().peek("address", address, per_minute)
+    request.state.ratelimit = d
+    if not d.allowed:
+        raise _too_many(d, "requests without a valid key from one address")
+
+
+async def current_tenant(request: Request) -> Tenant:
+    """FastAPI dependency: the tenant owning a valid, unrevoked key (else 401; 429 when the
+    key's or the address's rate limit is exhausted)."""
+    try:
+        key = bearer_key(request)
+    except ProblemError:
+        await _limit_address(request, count=True)
+        raise
+    key_hash = hash_key(key) if looks_like_key(key) else ""
+    entry = cache.keys().get(key_hash) if key_hash else None
+    if entry is None:
+        await _limit_address(request, count=False)
+        entry = await run_in_threadpool(_lookup, key_hash, key) if key_hash else None
+        if entry is None:
+            await _limit_address(request, count=True)
+            raise _unauthorized("the API key is unknown, malformed or revoked")
+        cache.keys().put(key_hash, entry)
+        request.state.ratelimit = None
+    per_minute = get_settings().rate_limit_per_minute
+    if per_minute > 0:
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        length = request.headers.get("content-length", "0")
+        cost = route_cost(request.method, route, int(length) if length.isdigit() else 0)
+        d = await limiter().hit("key", entry.key_id, per_minute, cost)
+        request.state.ratelimit = d
+        if not d.allowed:
+            raise _too_many(d, "cost units for this key")
+    request.state.tenant_id = entry.tenant_id
+    request.state.key_prefix = entry.prefix
+    return Tenant(id=entry.tenant_id, name=entry.tenant_name,
+                  created_at=entry.tenant_created_at)
+
+
+def metrics_token(request: Request) -> None:
+    """FastAPI dependency of ``/metrics``: the scrape token ``SODM_METRICS_TOKEN`` (not a
+    tenant's key); 404 while no token is configured."""
+    token = get_settings().metrics_token
+    if not token:
+        raise ProblemError(404, "Not Found", detail="metrics are off: set SODM_METRICS_TOKEN",
+                           type="about:blank")
+    presented = bearer_key(request)
+    if not secrets.compare_digest(presented.encode(), token.encode()):
+        raise _unauthorized("wrong metrics scrape token")

@@ -63,12 +63,29 @@ def create_key(tenant: str, name: str = "") -> str:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    """uvicorn with ``--workers`` API processes on one socket. Each process has its own model
+    cache and evaluation slots (the cores divided by the processes); rate limits and cache
+    invalidation go through Redis, and ``/metrics`` adds up every process's samples (a
+    fresh ``PROMETHEUS_MULTIPROC_DIR``, removed at exit)."""
+    import shutil
+    import tempfile
+
     import uvicorn
 
     s = get_settings()
-    uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
-                workers=args.workers, proxy_headers=True,
-                timeout_keep_alive=s.keep_alive_seconds)
+    workers = max(1, int(args.workers))
+    os.environ["SODM_API_WORKERS"] = str(workers)
+    made = None
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        made = tempfile.mkdtemp(prefix="sodm-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    try:
+        uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
+                    workers=workers, proxy_headers=True,
+                    timeout_keep_alive=s.keep_alive_seconds, access_log=not args.no_access_log)
+    finally:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
     return 0
 
 
@@ -242,7 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("serve", help="run the API (uvicorn)")
     sp.add_argument("--host")
     sp.add_argument("--port", type=int)
-    sp.add_argument("--workers", type=int, default=1)
+    sp.add_argument("--workers", type=int, default=1,
+                    help="API processes sharing the port (rate limits, caches and metrics "
+                         "stay correct across them)")
+    sp.add_argument("--no-access-log", action="store_true",
+                    help="no uvicorn access log line per request")
     sp.set_defaults(func=_cmd_serve)
     sp = sub.add_parser("worker", help="run one Celery worker (concurrency 1)")
     sp.add_argument("--queue", help="queue name (default SODM_CELERY_QUEUE)")

@@ -68,6 +68,14 @@ class Settings(BaseSettings):
     limit_grid_points: int = Field(default=200, ge=1, alias="SODM_LIMIT_GRID_POINTS")
     limit_search_folds: int = Field(default=20, ge=2, alias="SODM_LIMIT_SEARCH_FOLDS")
 
+    # serving (docs/serving.md): evaluation threads per API process (0: its cores divided
+    # by the API worker processes), micro-batching of small /predict requests
+    api_workers: int = Field(default=1, ge=1, alias="SODM_API_WORKERS")
+    predict_threads: int = Field(default=0, ge=0, alias="SODM_PREDICT_THREADS")
+    predict_batch_rows: int = Field(default=64, ge=1, alias="SODM_PREDICT_BATCH_ROWS")
+    predict_batch_wait_ms: float = Field(default=2.0, ge=0, le=50,
+                                         alias="SODM_PREDICT_BATCH_WAIT_MS")
+
     # spark backend (worker side); neither set = backend "spark" refused at POST /train
     spark_remote: str | None = Field(default=None, alias="SODM_SPARK_REMOTE")
     spark_master: str | None = Field(default=None, alias="SODM_SPARK_MASTER")
@@ -76,7 +84,20 @@ class Settings(BaseSettings):
     # a JSON list or comma-separated origins; empty = CORS closed
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list,
                                                          alias="SODM_CORS_ORIGINS")
-    rate_limit_per_minute: int = Field(default=600, alias="SODM_RATE_LIMIT_PER_MINUTE")
+    # rate limits (app/ratelimit.py): cost units per minute per API key (0: off), requests
+    # per minute per client address without a valid key; shared by all API processes
+    # through Redis (SODM_REDIS_URL, default the broker when it is Redis)
+    rate_limit_per_minute: int = Field(default=600, ge=0, alias="SODM_RATE_LIMIT_PER_MINUTE")
+    rate_limit_anonymous_per_minute: int = Field(
+        default=120, ge=0, alias="SODM_RATE_LIMIT_ANONYMOUS_PER_MINUTE")
+    redis_url: str | None = Field(default=None, alias="SODM_REDIS_URL")
+    # hot-path caches: a revoked key stops within auth_cache_seconds in every API process
+    # (at once while the Redis invalidation channel is up), model rows likewise
+    auth_cache_seconds: float = Field(default=5.0, ge=0, le=300, alias="SODM_AUTH_CACHE_SECONDS")
+    model_row_cache_seconds: float = Field(default=5.0, ge=0, le=300,
+                                           alias="SODM_MODEL_ROW_CACHE_SECONDS")
+    # bearer token of GET /metrics (Prometheus' scrape config); unset: /metrics is off (404)
+    metrics_token: str | None = Field(default=None, alias="SODM_METRICS_TOKEN")
     # idle keep-alive connections are closed after this long (uvicorn's default is 5 s):
     # above clients' and load balancers' idle timeouts, so the server never closes a
     # connection just as a client reuses it (the reused request then fails with a reset)
@@ -103,6 +124,14 @@ class Settings(BaseSettings):
                 url = "postgresql+psycopg://" + url[len("postgresql://") :]
             return url
         return f"sqlite:///{(self.data_dir / 'sodm.db').resolve()}"
+
+    @property
+    def resolved_redis_url(self) -> str | None:
+        """Redis for the shared rate limiter and cache invalidation, or None (embedded)."""
+        if self.redis_url:
+            return self.redis_url
+        url = self.resolved_broker_url
+        return url if url.startswith(("redis://", "rediss://", "unix://")) else None
 
     @property
     def resolved_broker_url(self) -> str:

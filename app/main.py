@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
-from app.auth import current_tenant
+from app.auth import current_tenant, metrics_token
 from app.body_limit import BodyLimitMiddleware
 from app.config import get_settings
 from app.db import releasing
 from app.observability import MetricsMiddleware, register_collectors
 from app.problems import install_problem_handlers
+from app.ratelimit import RateLimitHeadersMiddleware
 from app.routes import (
     algorithms,
     dashboard,
@@ -53,8 +56,27 @@ ROUTER_PROBLEMS = {
     "app.routes.train": problem_responses(*_AUTHED, 404, 413),
     "app.routes.jobs": problem_responses(*_AUTHED, 404, 409),
     "app.routes.models": problem_responses(*_AUTHED, 404),
-    "app.routes.predict": problem_responses(*_AUTHED, 404, 413),
+    "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
 }
+
+
+@asynccontextmanager
+async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
+    ``app.services.batcher``) and the cache-invalidation subscriber."""
+    from threadpoolctl import threadpool_limits
+
+    from app.services import invalidation
+
+    threadpool_limits(1)
+    invalidation.start()
+    try:
+        yield
+    finally:
+        invalidation.stop()
+        from app.observability import process_exiting
+
+        process_exiting()
 
 
 def create_app() -> FastAPI:
@@ -64,7 +86,8 @@ def create_app() -> FastAPI:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # operationId = the route function's name (stable: generated clients' method names)
     app = FastAPI(title="sodm", version="0.1.0", description=DESCRIPTION, docs_url=None,
-                  redoc_url=None, generate_unique_id_function=lambda route: route.name)
+                  redoc_url=None, generate_unique_id_function=lambda route: route.name,
+                  lifespan=lifespan)
     install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
     for module in (health, algorithms, datasets, train, jobs, models, predict, dashboard, docs):
         for route in module.router.routes:
@@ -81,15 +104,18 @@ def create_app() -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
-                           expose_headers=["Location", "Retry-After"])
+                           expose_headers=["Location", "Retry-After", "RateLimit",
+                                           "RateLimit-Policy"])
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_predict_body_bytes)
+    app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(MetricsMiddleware)
     register_collectors()
     return app
 
 
 def _needs_key(dependant: Dependant) -> bool:
-    return any(d.call is current_tenant or _needs_key(d) for d in dependant.dependencies)
+    return any(d.call in (current_tenant, metrics_token) or _needs_key(d)
+               for d in dependant.dependencies)
 
 
 def _document_security(app: FastAPI) -> None:

@@ -2,17 +2,20 @@
 
 Request counters and latency histograms are labelled by the route *template* (``/jobs/{job_id}``,
 never the concrete path, so ids do not blow up cardinality). Job counts by state and the
-broker queue depth are computed when ``/metrics`` is scraped.
+broker queue depth are computed when ``/metrics`` is scraped. Under several API processes
+(``sodm serve --workers N`` sets ``PROMETHEUS_MULTIPROC_DIR``) every process writes its
+samples to that directory and a scrape adds them up (``scrape_registry``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,6 +27,9 @@ REQUESTS = Counter("sodm_http_requests_total", "HTTP requests by method, route a
 LATENCY = Histogram("sodm_http_request_duration_seconds", "HTTP request latency by route",
                     ["method", "route"],
                     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+PREDICT_BATCH = Histogram("sodm_predict_batch_requests",
+                          "/predict requests summed in one kernel pass (micro-batching)",
+                          buckets=(1, 2, 4, 8, 16, 32, 64, 128))
 DATASET_UPLOADS = Counter("sodm_dataset_uploads_total", "Dataset uploads by outcome",
                           ["outcome"])
 
@@ -124,6 +130,31 @@ def queue_depth() -> int | None:
 
 
 _collector: JobsCollector | None = None
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def scrape_registry() -> CollectorRegistry:
+    """What ``/metrics`` exposes: this process's registry, or under several API processes a
+    fresh registry that adds up all of theirs plus the scrape-time job gauges."""
+    if multiprocess_dir() is None:
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    registry.register(JobsCollector())
+    return registry
+
+
+def process_exiting() -> None:
+    """Let the multiprocess files of this process's live gauges go (no-op otherwise)."""
+    if multiprocess_dir() is not None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid())
 
 
 def register_collectors() -> None:

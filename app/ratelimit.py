@@ -1,42 +1,188 @@
-"""In-process token-bucket rate limiting per API key (``SODM_RATE_LIMIT_PER_MINUTE``).
+"""Rate limits shared by every API process: the ``limits`` library on Redis, weighted by cost.
 
-Each API process keeps its own buckets: the limit is per key per process, which is enough to
-stop a runaway client without a shared store.
+Two policies, each a fixed one-minute window counted in Redis (``SODM_REDIS_URL``, default
+the broker when it is Redis; kept in the process's memory in the embedded quick start):
+
+* ``key``: ``SODM_RATE_LIMIT_PER_MINUTE`` cost units per API key (0 turns it off); a
+  request costs its route's weight (``ROUTE_COSTS``) plus one unit per ``per_bytes`` of
+  body, so a 10,000-row prediction or a dataset upload counts for more than a GET;
+* ``address``: ``SODM_RATE_LIMIT_ANONYMOUS_PER_MINUTE`` requests per client address for
+  requests without a valid key (missing, malformed, unknown or revoked). An address that has
+  used its allowance is refused before any key it sends is looked up, so guessing keys is
+  slow and costs the database nothing; valid keys never use the address's allowance.
+
+Every limited response carries the IETF draft headers (draft-ietf-httpapi-ratelimit-headers)
+``RateLimit-Policy: "key";q=600;w=60`` and ``RateLimit: "key";r=599;t=42`` (remaining units,
+seconds until the window resets); a refused request is a 429 problem with ``Retry-After``.
+When Redis cannot be reached the limiter lets requests through (logged and counted in
+``sodm_rate_limit_errors_total``): an outage of the limiter never becomes an outage of the API.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-import threading
 import time
+from dataclasses import dataclass
+from typing import Any
+
+from limits import RateLimitItemPerMinute
+from limits.aio.strategies import FixedWindowRateLimiter
+from prometheus_client import Counter
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.config import get_settings
+
+log = logging.getLogger("sodm.ratelimit")
+
+WINDOW_SECONDS = 60
+ERRORS = Counter("sodm_rate_limit_errors_total",
+                 "Rate-limit checks that could not reach the store (requests let through)")
 
 
-class TokenBuckets:
-    """One bucket per key: capacity ``per_minute`` tokens, refilled at ``per_minute/60``/s."""
+@dataclass(frozen=True)
+class RouteCost:
+    """A route's weight: ``base`` units plus one per ``per_bytes`` of request body."""
 
-    def __init__(self, per_minute: int, max_keys: int = 100_000) -> None:
-        self.per_minute = per_minute
-        self.rate = per_minute / 60.0
-        self.max_keys = max_keys
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
+    base: int = 1
+    per_bytes: int = 0
 
-    def take(self, key: str, now: float | None = None) -> float:
-        """Take one token; returns 0.0 when allowed, else the seconds until one is available."""
-        if self.per_minute <= 0:
-            return 0.0
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            tokens, last = self._buckets.get(key, (float(self.per_minute), now))
-            tokens = min(float(self.per_minute), tokens + (now - last) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
-                if len(self._buckets) > self.max_keys:
-                    self._buckets.pop(next(iter(self._buckets)))
-                return 0.0
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
+    def of(self, body_bytes: int) -> int:
+        extra = body_bytes // self.per_bytes if self.per_bytes else 0
+        return self.base + extra
 
 
-def retry_after_header(wait_seconds: float) -> str:
-    return str(max(1, math.ceil(wait_seconds)))
+DEFAULT_COST = RouteCost(1)
+ROUTE_COSTS: dict[tuple[str, str], RouteCost] = {
+    ("POST", "/predict"): RouteCost(1, per_bytes=100_000),
+    ("POST", "/train"): RouteCost(10),
+    ("POST", "/datasets"): RouteCost(10, per_bytes=1 << 20),
+    ("GET", "/jobs/{job_id}/events"): RouteCost(5),
+    ("GET", "/models/{model_id}/file"): RouteCost(5),
+    ("DELETE", "/datasets/{dataset_id}"): RouteCost(2),
+    ("DELETE", "/models/{model_id}"): RouteCost(2),
+    ("POST", "/jobs/{job_id}/cancel"): RouteCost(2),
+}
+
+
+def route_cost(method: str, route: str, body_bytes: int) -> int:
+    return ROUTE_COSTS.get((method, route), DEFAULT_COST).of(max(0, body_bytes))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one check, with what the RateLimit headers say."""
+
+    policy: str
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_seconds: int
+
+    def headers(self) -> dict[str, str]:
+        return {"RateLimit-Policy": f'"{self.policy}";q={self.limit};w={WINDOW_SECONDS}',
+                "RateLimit": f'"{self.policy}";r={self.remaining};t={self.reset_seconds}'}
+
+    def retry_after(self) -> str:
+        return str(max(1, self.reset_seconds))
+
+
+class _Counting(FixedWindowRateLimiter):
+    """``limits``' fixed window, returning the window's count and expiry with the hit."""
+
+    async def hit_counted(self, item: Any, identity: str, cost: int) -> tuple[int, float]:
+        key = item.key_for(identity)
+        count = await self.storage.incr(key, item.get_expiry(), amount=cost)
+        reset = await self.storage.get_expiry(key)
+        return int(count), float(reset)
+
+
+class Limiter:
+    """The process's limiter (one storage connection pool, one strategy)."""
+
+    def __init__(self) -> None:
+        s = get_settings()
+        url = s.resolved_redis_url
+        prefix = f"sodm:{s.celery_queue}:ratelimit"
+        if url is not None:
+            from limits.aio.storage import RedisStorage
+
+            self.storage: Any = RedisStorage(f"async+{url}", implementation="redispy",
+                                             key_prefix=prefix, socket_timeout=1,
+                                             socket_connect_timeout=1)
+        else:
+            from limits.aio.storage import MemoryStorage
+
+            self.storage = MemoryStorage()
+        self.strategy = _Counting(self.storage)
+        self.shared = url is not None
+
+    async def hit(self, policy: str, identity: str, per_minute: int, cost: int) -> Decision:
+        """Count ``cost`` units; allowed while the window's count stays within the limit."""
+        return await self._decide(policy, identity, per_minute, cost)
+
+    async def peek(self, policy: str, identity: str, per_minute: int) -> Decision:
+        """The window's state without counting (allowed while a unit is left)."""
+        return await self._decide(policy, identity, per_minute, 0)
+
+    async def _decide(self, policy: str, identity: str, per_minute: int, cost: int
+                      ) -> Decision:
+        item = RateLimitItemPerMinute(per_minute)
+        try:
+            if cost:
+                count, reset_at = await self.strategy.hit_counted(
+                    item, f"{policy}:{identity}", cost)
+            else:
+                key = item.key_for(f"{policy}:{identity}")
+                count = int(await self.storage.get(key)) + 1
+                reset_at = float(await self.storage.get_expiry(key))
+        except Exception as exc:  # noqa: BLE001 - fail open, never a 500
+            ERRORS.inc()
+            log.warning("rate limit store unavailable (%s); request let through",
+                        type(exc).__name__)
+            return Decision(policy, True, per_minute, per_minute, WINDOW_SECONDS)
+        reset = max(0, math.ceil(reset_at - time.time()))
+        remaining = max(0, per_minute - count + (0 if cost else 1))
+        return Decision(policy, count <= per_minute, per_minute, remaining,
+                        min(reset, WINDOW_SECONDS))
+
+
+_limiter: Limiter | None = None
+
+
+def limiter() -> Limiter:
+    global _limiter
+    if _limiter is None:
+        _limiter = Limiter()
+    return _limiter
+
+
+def reset() -> None:
+    """Forget the limiter (tests change the environment)."""
+    global _limiter
+    _limiter = None
+
+
+class RateLimitHeadersMiddleware:
+    """Adds the RateLimit headers of the request's decision (``scope["state"]``) to its
+    response, whatever the route returned."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        http = scope["type"] == "http"
+        await self.app(scope, receive, _with_headers(scope, send) if http else send)
+
+
+def _with_headers(scope: Scope, send: Send) -> Send:
+    async def sender(message: Message) -> None:
+        decision = scope.get("state", {}).get("ratelimit")
+        if message["type"] == "http.response.start" and decision is not None:
+            present = {k.lower() for k, _ in message.get("headers", [])}
+            message["headers"] = [*message.get("headers", []), *(
+                (k.lower().encode(), v.encode()) for k, v in decision.headers().items()
+                if k.lower().encode() not in present)]
+        await send(message)
+
+    return sender

@@ -273,7 +273,7 @@ def rows_combination(cache, rows, coef, out):
     return out
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def rbf_combination(G, sa, sb, gamma, coef, out):
     """``out[i] += sum_j exp(-gamma * max(0, sa_i + sb_j - 2 G_ij)) coef[j]`` (``coef``
     ``(m, k)``, ``out`` ``(n, k)``): kernel values summed as they are made, never stored."""
@@ -294,7 +294,7 @@ def rbf_combination(G, sa, sb, gamma, coef, out):
                     out[i, c] += kv * coef[j, c]
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def poly_combination(G, gamma, coef0, degree, coef, out):
     """``out[i] += sum_j (gamma G_ij + coef0)^degree coef[j]`` (as :func:`rbf_combination`)."""
     n, m = G.shape

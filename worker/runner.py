@@ -385,4 +385,10 @@ def _run(c: Claim, hb: Heartbeat) -> str:
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
     }
-    return _commit_success(c, fields, history)
+    state = _commit_success(c, fields, history)
+    if state == "SUCCEEDED":  # "name" now means this version in every API process
+        from app.services import invalidation
+
+        invalidation.publish("model", model_id=model_id, tenant_id=row.get("tenant_id"),
+                             name=row["model_name"])
+    return state

@@ -1,8 +1,11 @@
 """Routes: ``/livez`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``.
 
-``/livez`` and ``/readyz`` need no key (orchestrators probe them). ``/metrics`` needs a key
-like every other route: Prometheus sends one (``authorization: {credentials: <key>}`` in the
-scrape config). Its job gauges count all tenants' jobs by state, with no ids.
+``/livez`` and ``/readyz`` need no key (orchestrators probe them). ``/metrics`` takes its own
+scrape token, ``SODM_METRICS_TOKEN`` (``authorization: {credentials: <token>}`` in
+Prometheus' scrape config), not a tenant's key; it is off (404) while no token is set. Under
+``sodm serve --workers N`` it adds up every worker process's counters and histograms
+(prometheus_client's multiprocess mode). Its job gauges count all tenants' jobs by state,
+with no ids.
 """
 
 from __future__ import annotations
@@ -12,13 +15,13 @@ import logging
 from collections.abc import Callable
 
 from fastapi import APIRouter, Depends, Response
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
-from app.auth import current_tenant
+from app.auth import metrics_token
 from app.config import get_settings
 from app.db import get_engine
-from app.models import Tenant
+from app.observability import scrape_registry
 from app.problems import ProblemError
 from app.schemas.common import problem_responses
 
@@ -89,9 +92,10 @@ def readyz() -> dict:
     return {"status": "ok", "checks": checks}
 
 
-@router.get("/metrics", response_class=Response,
+@router.get("/metrics", response_class=Response, dependencies=[Depends(metrics_token)],
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
-                       **problem_responses(401, 429)})
-def metrics(_tenant: Tenant = Depends(current_tenant)) -> Response:
-    """Prometheus exposition: request counts and latencies, jobs by state, queue depth."""
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+                       **problem_responses(401, 404)})
+def metrics() -> Response:
+    """Prometheus exposition: request counts and latencies (all API worker processes), jobs
+    by state, queue depth."""
+    return Response(generate_latest(scrape_registry()), media_type=CONTENT_TYPE_LATEST)

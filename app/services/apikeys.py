@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from app.models import ApiKey, Tenant, utcnow
@@ -73,7 +73,9 @@ def create_key(session: Session, tenant_name: str, key_name: str = "") -> tuple[
 
 def revoke_key(session: Session, prefix: str) -> int:
     """Revoke every live key whose prefix starts with ``prefix`` (at least 8 characters, so a
-    typo cannot revoke everything); returns how many were revoked. The caller commits."""
+    typo cannot revoke everything); returns how many were revoked. The caller commits; the
+    commit then drops the keys from every API process's key cache
+    (``app.services.invalidation``)."""
     if len(prefix) < 8:
         raise ValueError("give at least 8 characters of the key prefix")
     rows = session.scalars(select(ApiKey).where(ApiKey.revoked_at.is_(None))).all()
@@ -85,6 +87,14 @@ def revoke_key(session: Session, prefix: str) -> int:
     for k in hits:
         k.revoked_at = now
     session.flush()
+    hashes = [k.key_hash for k in hits]
+    if hashes:  # every API process drops the keys from its cache once this commits
+        def published(_session: Session) -> None:
+            from app.services import invalidation
+
+            invalidation.publish("keys", hashes=hashes)
+
+        event.listen(session, "after_commit", published, once=True)
     return len(hits)
 
 

@@ -12,6 +12,8 @@ from sqlalchemy.orm import Session
 from app.config import get_settings
 from app.models import Model, Tenant, utcnow
 from app.problems import ProblemError
+from app.services import cache
+from app.services.cache import ModelEntry
 from app.services.cursors import as_utc, page, split_page
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ def list_models(session: Session, tenant: Tenant, name: str | None, cursor: str 
     return split_page(list(session.scalars(page(stmt, Model, cursor, limit))), limit)
 
 
-def file_of(m: Model) -> Path:
+def file_of(m: Model | ModelEntry) -> Path:
     """The model file on disk (``file_path`` is relative to ``SODM_DATA_DIR``)."""
     return (get_settings().data_dir / m.file_path).resolve()
 
@@ -78,9 +80,33 @@ def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:
         file_of(m).unlink(missing_ok=True)
     except OSError:
         log.warning("could not remove model file of %s", model_id)
-    from app.services.predictor import evict
+    from app.services import invalidation
 
-    evict(model_id)
+    invalidation.publish("model", model_id=m.id, tenant_id=m.tenant_id, name=m.name,
+                         deleted=True)
+
+
+async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) -> ModelEntry:
+    """``resolve`` through the model-row cache (``SODM_MODEL_ROW_CACHE_SECONDS``; dropped
+    in every API process when a model of that name is deleted or added)."""
+    from starlette.concurrency import run_in_threadpool
+
+    key = (tenant.id, model_id, ref)
+    entry = cache.models().get(key)
+    if entry is not None:
+        return entry
+
+    def lookup() -> ModelEntry:
+        from app.db import get_read_sessionmaker
+
+        with get_read_sessionmaker()() as session:
+            m = resolve(session, tenant, model_id, ref)
+            return ModelEntry(m.id, m.tenant_id, m.name, int(m.version), int(m.n_features),
+                              m.file_path, m.file_sha256 or "")
+
+    entry = await run_in_threadpool(lookup)
+    cache.models().put(key, entry)
+    return entry
 
 
 def model_out(m: Model) -> dict[str, Any]:

@@ -1,30 +1,36 @@
-"""Prediction: a bounded LRU cache of loaded models and strict parsing of ``instances``.
+"""Prediction: a bounded LRU cache of loaded models and the decision values of a request.
 
-Rows are dense lists of numbers or sparse objects ``{"<0-based index>": value}``. Strings,
-booleans, NaN and infinities are rejected (JSON parsers accept ``NaN``), as are wrong feature
-counts, empty batches (422) and batches over ``SODM_MAX_PREDICT_ROWS`` (413).
+A model file is loaded (no pickle) on a model's first request in a process, on an evaluation
+thread, once even when many requests ask for it at the same time, and kept as a
+``ServingModel`` (``SODM_MODEL_CACHE_SIZE`` models per process). Deleting a model evicts it
+here and, through ``app.services.invalidation``, in every other API process.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
 import threading
 from collections import OrderedDict
-from numbers import Real
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
 from app.config import get_settings
-from app.models import Model
 from app.problems import ProblemError
+from app.services.batcher import evaluations
+from app.services.evaluator import ServingModel
 from app.services.models import file_of
 
-PROBLEM_BASE = "https://sodm.dev/problems/"
-
 _lock = threading.Lock()
-_cache: OrderedDict[str, Any] = OrderedDict()
+_cache: OrderedDict[str, ServingModel] = OrderedDict()
+_loading: dict[str, asyncio.Future] = {}
+
+
+class ModelLike(Protocol):
+    id: str
+    file_path: str
+    n_features: int
 
 
 def evict(model_id: str) -> None:
@@ -32,108 +38,62 @@ def evict(model_id: str) -> None:
         _cache.pop(model_id, None)
 
 
-def load(m: Model) -> Any:
-    """The fitted estimator of a model row, from the cache or its file (no pickle)."""
+def clear() -> None:
     with _lock:
-        est = _cache.get(m.id)
-        if est is not None:
-            _cache.move_to_end(m.id)
-            return est
+        _cache.clear()
+
+
+def cached(model_id: str) -> ServingModel | None:
+    with _lock:
+        sm = _cache.get(model_id)
+        if sm is not None:
+            _cache.move_to_end(model_id)
+        return sm
+
+
+def load(m: ModelLike) -> ServingModel:
+    """The prepared model of a model row, from the cache or its file (blocking)."""
+    sm = cached(m.id)
+    if sm is not None:
+        return sm
     from solver.model_io import load_model
 
-    path = file_of(m)
+    path = file_of(m)  # type: ignore[arg-type]
     if not path.is_file():
         raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
-                           type=PROBLEM_BASE + "not-found")
-    est = load_model(path)
+                           type="not-found")
+    sm = ServingModel(load_model(path))
     limit = max(1, get_settings().model_cache_size)
     with _lock:
-        _cache[m.id] = est
+        _cache[m.id] = sm
         _cache.move_to_end(m.id)
         while len(_cache) > limit:
             _cache.popitem(last=False)
-    return est
+    return sm
 
 
-def _bad(detail: str, field: str) -> ProblemError:
-    return ProblemError(422, "Invalid instances", detail=detail,
-                        type=PROBLEM_BASE + "invalid-instances",
-                        errors=[{"field": field, "message": detail}])
-
-
-def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, Real):
-        raise _bad(f"{where}: {v!r} is not a number", where)
-    f = float(v)
-    if not math.isfinite(f):
-        raise _bad(f"{where}: {v!r} is not finite", where)
-    return f
-
-
-def parse_instances(instances: list[Any], n_features: int) -> np.ndarray | sp.csr_matrix:
-    """Dense ndarray when every row is dense, else a CSR matrix."""
-    n = len(instances)
-    if n == 0:
-        raise _bad("instances is empty", "instances")
-    max_rows = get_settings().max_predict_rows
-    if n > max_rows:
-        raise ProblemError(413, "Too many instances",
-                           detail=f"{n} rows; at most {max_rows} per request",
-                           type=PROBLEM_BASE + "too-many-instances", max_rows=max_rows)
-    if all(isinstance(r, list) for r in instances):
-        out = np.empty((n, n_features), dtype=np.float64)
-        for i, row in enumerate(instances):
-            if len(row) != n_features:
-                raise _bad(f"instances[{i}] has {len(row)} features; the model expects "
-                           f"{n_features}", f"instances[{i}]")
-            for j, v in enumerate(row):
-                out[i, j] = _number(v, f"instances[{i}][{j}]")
-        return out
-    indptr = [0]
-    indices: list[int] = []
-    data: list[float] = []
-    for i, row in enumerate(instances):
-        if isinstance(row, list):
-            if len(row) != n_features:
-                raise _bad(f"instances[{i}] has {len(row)} features; the model expects "
-                           f"{n_features}", f"instances[{i}]")
-            for j, v in enumerate(row):
-                f = _number(v, f"instances[{i}][{j}]")
-                if f != 0.0:
-                    indices.append(j)
-                    data.append(f)
-        elif isinstance(row, dict):
-            items = []
-            for k, v in row.items():
-                if not (isinstance(k, str) and k.isdigit()):
-                    raise _bad(f"instances[{i}]: key {k!r} is not a 0-based feature index",
-                               f"instances[{i}]")
-                j = int(k)
-                if j >= n_features:
-                    raise _bad(f"instances[{i}]: feature index {j} >= {n_features} (the "
-                               "model's feature count)", f"instances[{i}]")
-                items.append((j, _number(v, f"instances[{i}][{k!r}]")))
-            items.sort()
-            for j, f in items:
-                indices.append(j)
-                data.append(f)
+async def load_async(m: ModelLike) -> ServingModel:
+    """``load`` without blocking the event loop; concurrent first requests share one load."""
+    sm = cached(m.id)
+    if sm is not None:
+        return sm
+    pending = _loading.get(m.id)
+    if pending is not None:
+        return await asyncio.shield(pending)
+    fut = asyncio.ensure_future(evaluations().run(load, m))
+    _loading[m.id] = fut
+    try:
+        return await asyncio.shield(fut)
+    finally:
+        if fut.done():
+            _loading.pop(m.id, None)
         else:
-            raise _bad(f"instances[{i}] is neither a list nor an object", f"instances[{i}]")
-        indptr.append(len(indices))
-    return sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices, np.int32),
-                          np.asarray(indptr, np.int64)), shape=(n, n_features))
+            fut.add_done_callback(lambda _f: _loading.pop(m.id, None))
 
 
-def _plain(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def predict(m: Model, instances: list[Any]) -> dict[str, Any]:
+async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix) -> dict[str, Any]:
     """Labels in the dataset's original label values plus decision values."""
-    X = parse_instances(instances, int(m.n_features))
-    est = load(m)
-    F = np.asarray(est.decision_function(X), dtype=np.float64)
-    classes = est.classes_
-    idx = (F > 0).astype(np.intp) if F.ndim == 1 else np.argmax(F, axis=1)
-    labels = [_plain(v) for v in classes[idx]]
-    return {"model_id": m.id, "labels": labels, "decision_values": F.tolist()}
+    sm = await load_async(m)
+    F = await evaluations().decision(m.id, sm.decision, X)
+    values: Any = F[:, 0] if len(sm.classes) == 2 else F
+    return {"model_id": m.id, "labels": sm.labels(F), "decision_values": values}

@@ -44,12 +44,15 @@ def test_readyz_503_when_database_down(start_api) -> None:
     assert r.json()["down"] == ["database"]
 
 
-def test_metrics_exposes_request_counters_and_job_gauges(api_server: str,
-                                                         client: httpx.Client) -> None:
+def test_metrics_exposes_request_counters_and_job_gauges(api_server: str, client: httpx.Client,
+                                                         stack_env: dict[str, str]) -> None:
     assert client.get("/livez").status_code == 200
     assert client.get("/datasets/does-not-exist").status_code == 404
-    assert httpx.get(api_server + "/metrics").status_code == 401  # a key, like every route
-    r = client.get("/metrics")
+    # its own scrape token, not a tenant's key
+    assert httpx.get(api_server + "/metrics").status_code == 401
+    assert client.get("/metrics").status_code == 401
+    scrape = {"Authorization": f"Bearer {stack_env['SODM_METRICS_TOKEN']}"}
+    r = httpx.get(api_server + "/metrics", headers=scrape)
     assert r.status_code == 200
     text = r.text
     assert re.search(r'sodm_http_requests_total\{method="GET",route="/livez",status="200"\} '

@@ -1,0 +1,220 @@
+"""The body of ``POST /predict``: the model reference and the rows, as a float64 matrix.
+
+Three encodings:
+
+* ``application/json`` (default): ``{"model_id" | "model", "instances"}``, rows dense lists
+  of numbers or sparse objects ``{"<0-based index>": value}``, parsed with orjson. Dense rows
+  become one array in a single numpy call; only when that call cannot give a finite numeric
+  matrix of the model's width (or the body contains a ``true``/``false`` token) does the
+  cell-by-cell check run, to name the offending row and column;
+* ``application/x-npy``: one 2-D numeric ``.npy`` array (no pickle), the model named by the
+  query parameter ``model_id`` or ``model``;
+* ``application/vnd.apache.arrow.stream``: an Arrow IPC stream whose columns (integer or
+  floating, no nulls) are the features in order, the model named as for ``.npy``.
+
+Strings, booleans, NaN and infinities are refused (422) with the row and column, as are wrong
+feature counts and empty batches; more than ``SODM_MAX_PREDICT_ROWS`` rows is a 413.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import orjson
+import scipy.sparse as sp
+from pydantic import ValidationError
+
+from app.config import get_settings
+from app.problems import ProblemError
+from app.schemas.predict import PredictRequest
+
+JSON = "application/json"
+NPY = "application/x-npy"
+ARROW = "application/vnd.apache.arrow.stream"
+MEDIA_TYPES = (JSON, NPY, ARROW)
+
+Matrix = np.ndarray | sp.csr_matrix
+
+
+@dataclass(frozen=True)
+class PredictBody:
+    """A parsed body: exactly one of ``model_id``/``model`` and the raw rows (JSON) or an
+    already numeric matrix (binary encodings)."""
+
+    model_id: str | None
+    model: str | None
+    rows: list[Any] | np.ndarray
+
+
+def bad(detail: str, field: str) -> ProblemError:
+    return ProblemError(422, "Invalid instances", detail=detail, type="invalid-instances",
+                        errors=[{"field": field, "message": detail}])
+
+
+def _envelope(data: Any) -> PredictRequest:
+    try:
+        return PredictRequest.model_validate(data)
+    except ValidationError as exc:
+        errors = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"],
+                   "type": e["type"]} for e in exc.errors(include_url=False)]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        raise ProblemError(422, "Request validation failed", detail=detail,
+                           type="validation-error", errors=errors) from None
+
+
+def parse_body(body: bytes, content_type: str | None, query: dict[str, str]) -> PredictBody:
+    """Split a request into the model reference and its rows (by media type)."""
+    media = (content_type or JSON).split(";", 1)[0].strip().lower()
+    if media == JSON or media.endswith("+json"):
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ProblemError(422, "Malformed JSON", detail=f"the body is not JSON: {exc}",
+                               type="invalid-json") from None
+        req = _envelope(data)
+        return PredictBody(req.model_id, req.model, req.instances)
+    if media not in (NPY, ARROW):
+        raise ProblemError(415, "Unsupported media type",
+                           detail=f"Content-Type {media!r}; use one of {', '.join(MEDIA_TYPES)}",
+                           type="unsupported-media-type", accepted=list(MEDIA_TYPES))
+    req = _envelope({"model_id": query.get("model_id"), "model": query.get("model"),
+                     "instances": []})
+    X = _npy(body) if media == NPY else _arrow(body)
+    return PredictBody(req.model_id, req.model, X)
+
+
+def _npy(body: bytes) -> np.ndarray:
+    try:
+        X = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ProblemError(422, "Invalid .npy body", detail=f"not a .npy array: {exc}",
+                           type="invalid-instances") from None
+    if not isinstance(X, np.ndarray):
+        raise bad("the body holds an archive, not one array", "body")
+    if X.ndim == 1:
+        X = X[None, :]
+    if X.ndim != 2 or X.dtype.kind not in "fiu":
+        raise bad(f"expected a 2-D numeric array, got {X.ndim}-D of dtype {X.dtype}", "body")
+    return X
+
+
+def _arrow(body: bytes) -> np.ndarray:
+    import pyarrow as pa
+
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        raise ProblemError(422, "Invalid Arrow body", detail=f"not an Arrow IPC stream: {exc}",
+                           type="invalid-instances") from None
+    cols = []
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            raise bad(f"column {name!r} has type {col.type}; features must be numbers", name)
+        if col.null_count:
+            raise bad(f"column {name!r} has {col.null_count} null(s)", name)
+        cols.append(col.to_numpy())
+    if not cols:
+        raise bad("the table has no columns", "body")
+    return np.column_stack(cols).astype(np.float64, copy=False)
+
+
+def _check_rows(n: int) -> None:
+    if n == 0:
+        raise bad("instances is empty", "instances")
+    max_rows = get_settings().max_predict_rows
+    if n > max_rows:
+        raise ProblemError(413, "Too many instances",
+                           detail=f"{n} rows; at most {max_rows} per request",
+                           type="too-many-instances", max_rows=max_rows)
+
+
+def to_matrix(rows: list[Any] | np.ndarray, n_features: int, raw: bytes = b"") -> Matrix:
+    """The rows as float64 (dense ndarray, or CSR when any row is sparse), validated.
+
+    ``raw`` is the JSON body the rows came from: a ``true``/``false`` token in it sends the
+    rows to the cell-by-cell check (numpy would read booleans as 0 and 1)."""
+    if isinstance(rows, np.ndarray):
+        _check_rows(rows.shape[0])
+        return _finite_matrix(rows, n_features)
+    _check_rows(len(rows))
+    if b"true" not in raw and b"false" not in raw:
+        try:
+            X = np.array(rows)
+        except (ValueError, TypeError):  # ragged rows or objects: name the row below
+            X = None
+        if X is not None and X.ndim == 2 and X.dtype.kind in "fiu":
+            return _finite_matrix(X, n_features)
+    return parse_cells(rows, n_features)
+
+
+def _finite_matrix(X: np.ndarray, n_features: int) -> np.ndarray:
+    if X.shape[1] != n_features:
+        raise bad(f"instances have {X.shape[1]} features; the model expects {n_features}",
+                  "instances[0]")
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    finite = np.isfinite(X)
+    if not finite.all():
+        i, j = (int(v) for v in np.argwhere(~finite)[0])
+        raise bad(f"instances[{i}][{j}]: {X[i, j]!r} is not finite", f"instances[{i}][{j}]")
+    return X
+
+
+def _number(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, Real):
+        raise bad(f"{where}: {v!r} is not a number", where)
+    f = float(v)
+    if not math.isfinite(f):
+        raise bad(f"{where}: {v!r} is not finite", where)
+    return f
+
+
+def _dense_row(row: list[Any], i: int, n_features: int) -> list[float]:
+    if len(row) != n_features:
+        raise bad(f"instances[{i}] has {len(row)} features; the model expects {n_features}",
+                  f"instances[{i}]")
+    return [_number(v, f"instances[{i}][{j}]") for j, v in enumerate(row)]
+
+
+def parse_cells(rows: list[Any], n_features: int) -> Matrix:
+    """Cell-by-cell parse that names the first bad cell: a dense array when every row is a
+    list, else CSR (sparse rows ``{"<index>": value}``)."""
+    n = len(rows)
+    if all(isinstance(r, list) for r in rows):
+        out = np.empty((n, n_features), dtype=np.float64)
+        for i, row in enumerate(rows):
+            out[i] = _dense_row(row, i, n_features)
+        return out
+    indptr = [0]
+    indices: list[int] = []
+    data: list[float] = []
+    for i, row in enumerate(rows):
+        if isinstance(row, list):
+            for j, f in enumerate(_dense_row(row, i, n_features)):
+                if f != 0.0:
+                    indices.append(j)
+                    data.append(f)
+        elif isinstance(row, dict):
+            items = []
+            for k, v in row.items():
+                if not (isinstance(k, str) and k.isascii() and k.isdigit()):
+                    raise bad(f"instances[{i}]: key {k!r} is not a 0-based feature index",
+                              f"instances[{i}]")
+                j = int(k)
+                if j >= n_features:
+                    raise bad(f"instances[{i}]: feature index {j} >= {n_features} (the "
+                              "model's feature count)", f"instances[{i}]")
+                items.append((j, _number(v, f"instances[{i}][{k!r}]")))
+            items.sort()
+            for j, f in items:
+                indices.append(j)
+                data.append(f)
+        else:
+            raise bad(f"instances[{i}] is neither a list nor an object", f"instances[{i}]")
+        indptr.append(len(indices))
+    return sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices, np.int32),
+                          np.asarray(indptr, np.int64)), shape=(n, n_features))
