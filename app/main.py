@@ -126,6 +126,9 @@ def _document_security(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = plain()
             schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEME
+            schemas = schema["components"].setdefault("schemas", {})
+            schemas.update({k: v for k, v in predict.OPENAPI_SCHEMAS.items()
+                            if k not in schemas})
         return app.openapi_schema or plain()
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -36,11 +36,16 @@ OPENAPI_BODY: dict[str, Any] = {
          "schema": {"type": "string"}},
     ],
     "requestBody": {"required": True, "content": {
-        instances.JSON: {"schema": PredictRequest.model_json_schema()},
+        instances.JSON: {"schema": {"$ref": "#/components/schemas/PredictRequest"}},
         instances.NPY: _BINARY,
         instances.ARROW: _BINARY,
     }},
 }
+
+
+# named schemas the operation refers to (merged into the document's components by app.main)
+OPENAPI_SCHEMAS = {"PredictRequest": PredictRequest.model_json_schema(
+    ref_template="#/components/schemas/{model}")}
 
 
 def _parse(body: bytes, content_type: str | None, query: dict[str, str]
