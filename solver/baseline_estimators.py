@@ -12,28 +12,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.estimators import _is_int, _is_real, _ODMBase, _require
+from solver.estimators import ODMBase, is_int, is_real, require
 
 __all__ = ["CascadeODMClassifier", "DiPODMClassifier", "DCODMClassifier", "SVRGODMClassifier",
            "ESTIMATORS"]
 
 
-class _PartitionedBaseline(_ODMBase):
+class _PartitionedBaseline(ODMBase):
     """Shared solve for the kernel baselines (they return ``SODMResult``)."""
 
     _function_name = ""
     _int_options: tuple[str, ...] = ()  # int >= 1 options besides ``levels``
 
     def _validate_extra_params(self) -> None:
-        _require(self.warm_start_scaling in ("rescale", "literal"), "warm_start_scaling",
+        require(self.warm_start_scaling in ("rescale", "literal"), "warm_start_scaling",
                  self.warm_start_scaling, "'rescale' or 'literal'")
-        _require(self.n_jobs is None or (_is_int(self.n_jobs) and self.n_jobs != 0), "n_jobs",
+        require(self.n_jobs is None or (is_int(self.n_jobs) and self.n_jobs != 0), "n_jobs",
                  self.n_jobs, "None or a non-zero int")
-        _require(self.levels is None or (_is_int(self.levels) and self.levels >= 0), "levels",
+        require(self.levels is None or (is_int(self.levels) and self.levels >= 0), "levels",
                  self.levels, "None or int >= 0")
         for name in self._int_options:
             v = getattr(self, name)
-            _require(_is_int(v) and v >= 1, name, v, "int >= 1")
+            require(is_int(v) and v >= 1, name, v, "int >= 1")
 
     def _algorithm_for_kernel(self) -> str:
         return self._algorithm_name
@@ -138,7 +138,7 @@ class DCODMClassifier(CascadeODMClassifier):
         return {"fanout": int(self.fanout), "sample_size": int(self.sample_size)}
 
 
-class SVRGODMClassifier(_ODMBase):
+class SVRGODMClassifier(ODMBase):
     """ODM-SVRG: single-machine SVRG (Johnson & Zhang 2013) on the linear ODM primal.
 
     Only the linear kernel (``kernel="linear"`` is the only accepted value); ``epochs``,
@@ -169,12 +169,12 @@ class SVRGODMClassifier(_ODMBase):
     coef0 = 1.0
 
     def _validate_extra_params(self) -> None:
-        _require(self.kernel == "linear", "kernel", self.kernel, "'linear' (ODM-SVRG is a "
+        require(self.kernel == "linear", "kernel", self.kernel, "'linear' (ODM-SVRG is a "
                  "linear solver)")
         for name in ("epochs", "inner_steps"):
             v = getattr(self, name)
-            _require(v is None or (_is_int(v) and v >= 1), name, v, "None or int >= 1")
-        _require(self.step_size is None or (_is_real(self.step_size) and self.step_size > 0),
+            require(v is None or (is_int(v) and v >= 1), name, v, "None or int >= 1")
+        require(self.step_size is None or (is_real(self.step_size) and self.step_size > 0),
                  "step_size", self.step_size, "None or a positive number")
 
     def _algorithm_for_kernel(self) -> str:
@@ -192,7 +192,7 @@ class SVRGODMClassifier(_ODMBase):
             bool(res.stopped)
 
 
-ESTIMATORS: dict[str, type[_ODMBase]] = {
+ESTIMATORS: dict[str, type[ODMBase]] = {
     "cascade": CascadeODMClassifier,
     "dip": DiPODMClassifier,
     "dc": DCODMClassifier,

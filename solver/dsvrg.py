@@ -53,7 +53,8 @@ from solver.partition import partition_members, stratified_partitions
 from solver.sodm import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA, stratify
 
 __all__ = ["LinearResult", "sodm_linear", "full_gradient", "instance_coefficients",
-           "default_partitions", "default_step_size", "svrg_inner", "linear_partitions"]
+           "default_partitions", "default_step_size", "svrg_inner", "inner_csr",
+           "inner_dense", "linear_partitions", "validation_accuracy"]
 
 ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
@@ -116,7 +117,9 @@ def _coef(g, yi, slam, theta, ups):
 
 
 @njit(cache=True, fastmath=True)
-def _inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, ups):
+def inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, ups):
+    """One inner pass over the CSR rows ``order`` with ``w = u + s v`` (``v`` updated in
+    place); returns the new ``s``."""
     decay = 1.0 - eta
     for p in range(order.shape[0]):
         i = order[p]
@@ -138,7 +141,8 @@ def _inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, 
 
 
 @njit(cache=True, fastmath=True)
-def _inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
+def inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
+    """:func:`inner_csr` for dense rows."""
     decay = 1.0 - eta
     n = X.shape[1]
     for p in range(order.shape[0]):
@@ -181,9 +185,9 @@ def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray
     for order in orders:
         o = np.ascontiguousarray(order, dtype=np.int64)
         if sp.issparse(X):
-            s = _inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, v, s, eta, slam, th, ups)
+            s = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, v, s, eta, slam, th, ups)
         else:
-            s = _inner_dense(o, X, y, xu, cw, v, s, eta, slam, th, ups)
+            s = inner_dense(o, X, y, xu, cw, v, s, eta, slam, th, ups)
         if should_stop is not None and should_stop():
             stopped = True
             break
@@ -198,7 +202,8 @@ def linear_partitions(X, n_partitions: int, n_strata: int, seed: int, *,
     return stratified_partitions(strata, n_partitions, seed)
 
 
-def _val_accuracy(w, X_val, y_val) -> float:
+def validation_accuracy(w, X_val, y_val) -> float:
+    """Accuracy of the linear model ``w`` on ``(X_val, y_val)`` (labels in {-1, +1})."""
     f = np.asarray(X_val @ w).ravel()
     return float(np.mean(np.where(f > 0, 1.0, -1.0) == y_val))
 
@@ -257,7 +262,7 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
                "grad_norm": gn, "seconds": time.perf_counter() - t0,
                "elapsed": time.perf_counter() - t_start}
         if have_val:
-            rec["val_accuracy"] = _val_accuracy(w, X_val, y_val)
+            rec["val_accuracy"] = validation_accuracy(w, X_val, y_val)
         result.history.append(rec)
         result.w = w
         if progress is not None:

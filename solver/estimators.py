@@ -63,8 +63,20 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from solver.exceptions import FitCancelled, InvalidParameterError
 from solver.preprocessing import MinMaxScaler, append_constant
+from solver.training import (
+    fit_info,
+    iterations,
+    jsonable,
+    overall_variance,
+    plain,
+    problem_progress,
+    problem_seed,
+    resolve_gamma,
+    seed_for,
+)
 
-__all__ = ["ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals", "KERNELS"]
+__all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals",
+           "KERNELS", "is_int", "is_real", "require"]
 
 KERNELS = ("linear", "rbf", "poly")
 ProgressFn = Callable[[float, str, dict], None]
@@ -74,28 +86,20 @@ StopFn = Callable[[], bool]
 _PREDICT_BLOCK_BYTES = 32 * 2**20
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An integer, not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _is_real(v: Any) -> bool:
+def is_real(v: Any) -> bool:
+    """A finite real number, not a bool."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-def _require(cond: bool, name: str, value: Any, what: str) -> None:
+def require(cond: bool, name: str, value: Any, what: str) -> None:
+    """Raise the ``ValueError`` naming parameter ``name`` unless ``cond``."""
     if not cond:
         raise InvalidParameterError(name, f"invalid parameter {name}={value!r}: {what}")
-
-
-def _overall_variance(X: np.ndarray | sp.csr_matrix) -> float:
-    """Variance of all entries of X (implicit zeros of CSR included)."""
-    if sp.issparse(X):
-        n = X.shape[0] * X.shape[1]
-        if n == 0:
-            return 0.0
-        mean = X.data.sum() / n
-        return float((X.data**2).sum() / n - mean**2)
-    return float(np.var(X))
 
 
 def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -107,26 +111,26 @@ def _is_bool(v: Any) -> bool:
 
 
 def _pos_int(minimum: int) -> Callable[[Any], bool]:
-    return lambda v: _is_int(v) and v >= minimum
+    return lambda v: is_int(v) and v >= minimum
 
 
 # Parameter name -> (valid?, what a valid value is); shared by every estimator class.
 _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kernel": (lambda v: v in KERNELS, f"one of {KERNELS}"),
-    "gamma": (lambda v: v == "scale" or (_is_real(v) and float(v) > 0),
+    "gamma": (lambda v: v == "scale" or (is_real(v) and float(v) > 0),
               "'scale' or a positive finite number"),
     "degree": (_pos_int(1), "int >= 1"),
-    "coef0": (_is_real, "a finite number"),
-    "lam": (_is_real, "a finite number"),
-    "upsilon": (_is_real, "a finite number"),
-    "theta": (_is_real, "a finite number"),
-    "tol": (lambda v: _is_real(v) and v > 0, "a positive number"),
+    "coef0": (is_real, "a finite number"),
+    "lam": (is_real, "a finite number"),
+    "upsilon": (is_real, "a finite number"),
+    "theta": (is_real, "a finite number"),
+    "tol": (lambda v: is_real(v) and v > 0, "a positive number"),
     "max_iter": (_pos_int(1), "int >= 1"),
-    "cache_size": (lambda v: _is_real(v) and v > 0, "a positive number of megabytes"),
+    "cache_size": (lambda v: is_real(v) and v > 0, "a positive number of megabytes"),
     "shrinking": (_is_bool, "a bool"),
     "fit_intercept": (_is_bool, "a bool"),
     "scale": (_is_bool, "a bool"),
-    "random_state": (lambda v: v is None or _is_int(v)
+    "random_state": (lambda v: v is None or is_int(v)
                      or isinstance(v, np.random.RandomState | np.random.Generator),
                      "int, None or RandomState"),
     "p": (_opt(_pos_int(2)), "None or int >= 2"),
@@ -135,9 +139,9 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "landmark_candidates": (_opt(_pos_int(1)), "None or int >= 1"),
     "warm_start_scaling": (lambda v: v in ("rescale", "literal"), "'rescale' or 'literal'"),
     "final_global_solve": (_opt(_is_bool), "None or a bool"),
-    "n_jobs": (_opt(lambda v: _is_int(v) and v != 0), "None or a non-zero int (-1: all cores)"),
+    "n_jobs": (_opt(lambda v: is_int(v) and v != 0), "None or a non-zero int (-1: all cores)"),
     "epochs": (_opt(_pos_int(1)), "None or int >= 1"),
-    "step_size": (_opt(lambda v: _is_real(v) and v > 0), "None or a positive number"),
+    "step_size": (_opt(lambda v: is_real(v) and v > 0), "None or a positive number"),
     "n_partitions": (_opt(_pos_int(1)), "None or int >= 1"),
     "linear_solver": (lambda v: v in ("dsvrg", "hierarchical"), "'dsvrg' or 'hierarchical'"),
     "n_clusters": (_pos_int(1), "int >= 1"),
@@ -147,27 +151,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _seed_for(random_state: Any) -> int:
-    """An int seed from an int / None / RandomState (ints pass through unchanged)."""
-    if _is_int(random_state):
-        return int(random_state)
-    if random_state is None:
-        return int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
-    if isinstance(random_state, np.random.RandomState):
-        return int(random_state.randint(0, 2**31 - 1))
-    if isinstance(random_state, np.random.Generator):
-        return int(random_state.integers(0, 2**31 - 1))
-    raise InvalidParameterError("random_state", f"invalid parameter random_state="
-                                f"{random_state!r}: int, None or RandomState")
-
-
-def _problem_seed(seed: int, k: int, n_problems: int) -> int:
-    if n_problems == 1:
-        return seed
-    return int(np.random.SeedSequence([seed, k]).generate_state(1)[0] & 0x7FFFFFFF)
-
-
-class _ODMBase(ClassifierMixin, BaseEstimator):
+class ODMBase(ClassifierMixin, BaseEstimator):
     """Shared fit / predict logic; subclasses define parameters and ``_solve_problem``."""
 
     _algorithm_name = "odm"
@@ -183,7 +167,7 @@ class _ODMBase(ClassifierMixin, BaseEstimator):
         for name, value in self.get_params(deep=False).items():
             rule = _PARAM_RULES.get(name)
             if rule is not None:
-                _require(rule[0](value), name, value, rule[1])
+                require(rule[0](value), name, value, rule[1])
         ODMParams(lam=float(self.lam), upsilon=float(self.upsilon),
                   theta=float(self.theta)).validate()
         self._validate_extra_params()
@@ -246,13 +230,8 @@ class _ODMBase(ClassifierMixin, BaseEstimator):
             )
         scaler = MinMaxScaler.fit(X) if self.scale else None
         Xs = scaler.transform(X) if scaler is not None else X
-        if self.kernel == "linear":
-            gamma = 1.0
-        elif self.gamma == "scale":
-            var = _overall_variance(Xs)
-            gamma = 1.0 / (Xs.shape[1] * var) if var > 0 else 1.0
-        else:
-            gamma = float(self.gamma)
+        gamma = resolve_gamma(self.kernel, self.gamma, Xs.shape[1],
+                              lambda: overall_variance(Xs))
         Z = append_constant(Xs) if self.fit_intercept else Xs
         self._scaler = scaler
 
@@ -269,7 +248,7 @@ class _ODMBase(ClassifierMixin, BaseEstimator):
             yv_idx = yv_idx[known]
 
         n_problems = 1 if len(classes) == 2 else len(classes)
-        seed = _seed_for(self.random_state)
+        seed = seed_for(self.random_state)
         kernel = self._make_kernel(gamma)
         params = self._params()
         history: list[dict] = []
@@ -281,21 +260,21 @@ class _ODMBase(ClassifierMixin, BaseEstimator):
             y_pm = np.where(y_idx == pos, 1.0, -1.0)
             yv_pm = None if Z_val is None else np.where(yv_idx == pos, 1.0, -1.0)
             label = None if n_problems == 1 else classes[k]
-            sub_progress = _sub_progress(progress, k, n_problems, label)
+            sub_progress = problem_progress(progress, k, n_problems, label)
             t_k = time.perf_counter()
             kind, sol, hist, stopped = self._solve_problem(
-                Z, y_pm, kernel, params, seed=_problem_seed(seed, k, n_problems),
+                Z, y_pm, kernel, params, seed=problem_seed(seed, k, n_problems),
                 Z_val=Z_val, y_val=yv_pm, progress=sub_progress, should_stop=should_stop,
             )
             for rec in hist:
-                rec = _jsonable(rec)
+                rec = jsonable(rec)
                 if n_problems > 1:
-                    rec = {"problem": k, "class": _label_json(label), **rec}
+                    rec = {"problem": k, "class": plain(label), **rec}
                 history.append(rec)
             if stopped:
                 raise FitCancelled(history=history)
             solutions.append((kind, sol))
-            n_iter.append(_iterations(hist))
+            n_iter.append(iterations(hist))
             if sub_progress is not None and not hist:
                 sub_progress(1.0, "solved", {"seconds": time.perf_counter() - t_k})
 
@@ -319,16 +298,9 @@ class _ODMBase(ClassifierMixin, BaseEstimator):
             svs = Xs[support]
             state = dict(support_vectors=svs, dual_coef=coef, support=support,
                          n_support=sv_mask.sum(axis=0).astype(np.int64))
-        info = {
-            "algorithm": algorithm,
-            "n_train": int(X.shape[0]),
-            "n_features": int(X.shape[1]),
-            "sparse_input": bool(sp.issparse(X)),
-            "n_problems": n_problems,
-            "seed": seed,
-            "n_iter": n_iter,
-            "seconds": time.perf_counter() - t0,
-        }
+        info = fit_info(algorithm=algorithm, n_train=X.shape[0], n_features=X.shape[1],
+                        sparse_input=sp.issparse(X), n_problems=n_problems, seed=seed,
+                        n_iter=n_iter, seconds=time.perf_counter() - t0)
         _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
                    gamma=gamma, history=history, fit_info=info, **state)
         return self
@@ -383,45 +355,7 @@ def _y_matrix(y_idx: np.ndarray, n_problems: int) -> np.ndarray:
     return np.where(y_idx[:, None] == np.arange(n_problems)[None, :], 1.0, -1.0)
 
 
-def _iterations(hist: list[dict]) -> int:
-    """Epochs of an exact solve; levels / epochs (history records) of SODM."""
-    if len(hist) == 1 and "n_iter" in hist[0]:
-        return max(1, int(hist[0]["n_iter"]))
-    return max(1, len(hist))
-
-
-def _label_json(label: Any) -> Any:
-    return label.item() if isinstance(label, np.generic) else label
-
-
-def _jsonable(obj: Any) -> Any:
-    """Plain-Python copy of a history record (numpy scalars/arrays -> float/int/list)."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def _sub_progress(progress: ProgressFn | None, k: int, n: int, label: Any):
-    if progress is None:
-        return None
-    if n == 1:
-        return progress
-
-    def inner(fraction: float, message: str, record: dict) -> None:
-        progress((k + float(fraction)) / n, f"class {label!r} ({k + 1}/{n}): {message}", record)
-
-    return inner
-
-
-def _set_state(est: _ODMBase, *, classes, n_features_in, scaler, gamma, history, fit_info,
+def _set_state(est: ODMBase, *, classes, n_features_in, scaler, gamma, history, fit_info,
                support_vectors=None, dual_coef=None, support=None, n_support=None, w=None):
     """Install the fitted attributes (shared by ``fit``, ``build_fitted`` and model loading)."""
     est.classes_ = np.asarray(classes)
@@ -472,9 +406,9 @@ def _set_state(est: _ODMBase, *, classes, n_features_in, scaler, gamma, history,
         raise ValueError(f"n_support has shape {est.n_support_.shape}, expected {(n_problems,)}")
 
 
-def build_fitted(est: _ODMBase, *, classes, n_features_in: int, scaler_min=None,
+def build_fitted(est: ODMBase, *, classes, n_features_in: int, scaler_min=None,
                  scaler_scale=None, gamma: float = 1.0, support_vectors=None, dual_coef=None,
-                 support=None, n_support=None, w=None, history=(), fit_info=None) -> _ODMBase:
+                 support=None, n_support=None, w=None, history=(), fit_info=None) -> ODMBase:
     """Turn an unfitted estimator (its parameters) plus a solution into a fitted one.
 
     For other training backends (Spark) and model loading. Arrays are in the model's feature
@@ -498,7 +432,7 @@ def build_fitted(est: _ODMBase, *, classes, n_features_in: int, scaler_min=None,
     return est
 
 
-class ODMClassifier(_ODMBase):
+class ODMClassifier(ODMBase):
     """Exact ODM: one dual coordinate descent solve on the whole training set.
 
     Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch), after a
@@ -582,7 +516,7 @@ def _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val) -> float:
     return float(np.mean(np.where(f > 0, 1.0, -1.0) == y_val))
 
 
-class SODMClassifier(_ODMBase):
+class SODMClassifier(ODMBase):
     """Scalable ODM (SODM, Wang et al. IJCAI-23).
 
     Kernels "rbf"/"poly" (and "linear" with ``linear_solver="hierarchical"``) use Algorithm 1:

@@ -44,6 +44,8 @@ __all__ = [
     "kkt_violation_from_grad",
     "primal_objective_linear",
     "primal_objective_from_margins",
+    "margin_loss",
+    "objective_from_loss",
     "primal_gradient_linear",
     "instance_gradients_linear",
     "slacks_from_alpha",
@@ -182,16 +184,27 @@ def primal_objective_linear(w, X, y, params: ODMParams, m_scale: float | None = 
     return primal_objective_from_margins(w, _margins(w, X, y), params, m_scale)
 
 
+def margin_loss(margins, params: ODMParams) -> float:
+    """The ODM loss ``sum_i xi_i^2 + upsilon eps_i^2`` of the margins ``y_i w.x_i`` (their
+    deviations below / above the band ``[1-theta, 1+theta]``)."""
+    gam = np.asarray(margins, dtype=np.float64)
+    xi = np.maximum(0.0, 1.0 - params.theta - gam)
+    eps = np.maximum(0.0, gam - 1.0 - params.theta)
+    return float(np.dot(xi, xi) + params.upsilon * np.dot(eps, eps))
+
+
+def objective_from_loss(w, loss: float, params: ODMParams, m: float) -> float:
+    """``p(w) = 1/2 ||w||^2 + lam/(2m) loss / (1-theta)^2`` from :func:`margin_loss`."""
+    w = np.asarray(w, dtype=np.float64)
+    return float(0.5 * np.dot(w, w) + params.lam / (2.0 * m) * loss / (1.0 - params.theta) ** 2)
+
+
 def primal_objective_from_margins(w, margins, params: ODMParams,
                                   m_scale: float | None = None) -> float:
     """``p(w)`` from the margins ``y_i w.x_i`` when they are already known."""
     gam = np.asarray(margins, dtype=np.float64)
     m = gam.shape[0] if m_scale is None else m_scale
-    xi = np.maximum(0.0, 1.0 - params.theta - gam)
-    eps = np.maximum(0.0, gam - 1.0 - params.theta)
-    w = np.asarray(w, dtype=np.float64)
-    loss = np.dot(xi, xi) + params.upsilon * np.dot(eps, eps)
-    return float(0.5 * np.dot(w, w) + params.lam / (2.0 * m) * loss / (1.0 - params.theta) ** 2)
+    return objective_from_loss(w, margin_loss(gam, params), params, m)
 
 
 def instance_gradients_linear(w, X, y, params: ODMParams, idx=None) -> np.ndarray:

@@ -31,7 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.baseline_estimators import ESTIMATORS as _BASELINES
-from solver.estimators import ODMClassifier, SODMClassifier, _jsonable, build_fitted
+from solver.estimators import ODMClassifier, SODMClassifier, build_fitted
+from solver.training import jsonable
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "save_model", "load_model", "dumps", "loads"]
 
@@ -78,7 +79,7 @@ def _json_params(est) -> dict[str, Any]:
     rs = params.get("random_state")
     if rs is not None and not isinstance(rs, int | np.integer):
         params["random_state"] = None  # a RandomState object: the seed used is in training
-    return _jsonable(params)
+    return jsonable(params)
 
 
 def _model_arrays(est) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -129,12 +130,12 @@ def dumps(est) -> bytes:
         "scaler": ({"kind": "minmax", "target_range": [0.0, 1.0],
                     "arrays": ["scaler_min", "scaler_scale"]}
                    if est._scaler is not None else None),
-        "classes": _jsonable(list(arrays["classes"].tolist())),
+        "classes": jsonable(list(arrays["classes"].tolist())),
         "n_features_in": int(est.n_features_in_),
         **extra,
         "arrays": {k: {"dtype": np.asarray(v).dtype.str, "shape": list(np.shape(v))}
                    for k, v in arrays.items()},
-        "training": _jsonable({**est.fit_info_, "history": est.history_}),
+        "training": jsonable({**est.fit_info_, "history": est.history_}),
     }
     text = json.dumps(header, indent=1, sort_keys=True, allow_nan=False)
     buf = io.BytesIO()

@@ -23,6 +23,9 @@
    level 1, so the result is the true ODM optimum.  Without it the result is the paper's output,
    the level-1 concatenation ``[alpha_1; ..; alpha_p]`` (a block-diagonal approximation).
 
+Steps 3-5 are the level driver :func:`solver.levels.run_levels`, shared with the Spark
+backend; here :class:`PoolLevels` solves each level's partitions in a process pool.
+
 Defaults (chosen with ``bench/sodm_defaults.py``: svmguide1, phishing and a9a, 8000-row
 training subsamples at most, RBF with gamma = 1/(d var X), lam = 1000, tol = 1e-3, one core;
 timings on a shared 2-core machine are noisy to about +-50%):
@@ -92,6 +95,7 @@ from solver.formulation import ODMParams, dual_gradient, dual_objective, kkt_vio
 from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, select_landmarks
+from solver.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
 from solver.parallel import TaskPool, resolve_n_jobs
 from solver.partition import (
     level_ids,
@@ -103,8 +107,11 @@ from solver.partition import (
 __all__ = [
     "SODMResult",
     "PartitionOutcome",
+    "PoolLevels",
     "sodm_kernel",
     "solve_partition",
+    "solve_groups",
+    "validation_accuracy",
     "default_fanin",
     "default_levels",
     "resolve_structure",
@@ -154,6 +161,16 @@ class PartitionOutcome:
     stopped: bool
     skipped: bool
     seconds: float
+
+    def summary(self) -> PartitionSummary:
+        """The history's view of this solve."""
+        return PartitionSummary(
+            size=int(self.alpha.shape[0]),
+            n_sv=int(np.count_nonzero(self.alpha.sum(axis=1) > 0)),
+            objective=float(self.objective), kkt_violation=float(self.kkt_violation),
+            warm_kkt=float(self.warm_kkt), n_iter=int(self.n_iter),
+            converged=bool(self.converged), stopped=bool(self.stopped),
+            skipped=bool(self.skipped))
 
 
 def default_fanin(n_rows: int, cache_size: float = 512.0) -> int:
@@ -295,19 +312,19 @@ def _rows(X, idx):
     return X[idx] if sp.issparse(X) else X[idx]
 
 
-def _val_accuracy(X, y, kernel, alpha, X_val, y_val) -> float:
+def validation_accuracy(X, y, kernel: Kernel, alpha: np.ndarray, X_val, y_val) -> float:
+    """Accuracy on ``(X_val, y_val)`` of the kernel model with duals ``alpha`` on ``(X, y)``."""
     nu = y * (alpha[:, 0] - alpha[:, 1])
     f = kernel_decision(X, kernel, nu, Z=X_val)
     return float(np.mean(np.where(f > 0, 1.0, -1.0) == y_val))
 
 
-
-def solve_level(pool: TaskPool, X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray,
-                groups: list[np.ndarray], *, level: int, seed: int, tol: float, max_iter: int,
-                cache_size: float, shrinking: bool, check_warm_start: bool,
-                m_scales: list[float] | None = None) -> tuple[list[int], list[PartitionOutcome]]:
-    """Solve every non-empty group of rows as one local problem and write the solutions back
-    into ``alpha`` (in place).  Returns the group numbers solved and their outcomes."""
+def solve_groups(pool: TaskPool, X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray,
+                 groups: list[np.ndarray], *, level: int, seed: int, tol: float,
+                 max_iter: int, cache_size: float, shrinking: bool, check_warm_start: bool,
+                 m_scales: list[float] | None = None) -> list[PartitionOutcome]:
+    """Solve every non-empty group of rows as one local problem (seeded by its group number)
+    and write the solutions back into ``alpha`` (in place); outcomes in group order."""
     ks = [k for k, g in enumerate(groups) if g.size]
     tasks = []
     for k in ks:
@@ -320,27 +337,50 @@ def solve_level(pool: TaskPool, X, y, kernel: Kernel, params: ODMParams, alpha: 
     outs = pool.map(solve_partition, tasks)
     for k, o in zip(ks, outs, strict=True):
         alpha[groups[k]] = o.alpha
-    return ks, outs
+    return outs
 
 
-def _record(level: int, groups, outs: list[PartitionOutcome], alpha, seconds: float,
-            elapsed: float) -> dict[str, Any]:
-    sizes = [g.size for g in groups if g.size]
-    warm = [o.warm_kkt for o in outs if np.isfinite(o.warm_kkt)]
-    return {
-        "level": int(level),
-        "partitions": len(sizes),
-        "partition_size": int(max(sizes)) if sizes else 0,
-        "objective": float(sum(o.objective for o in outs)),
-        "kkt_violation": float(max((o.kkt_violation for o in outs), default=0.0)),
-        "warm_start_kkt": float(max(warm)) if warm else None,
-        "n_sv": int(np.count_nonzero(alpha.sum(axis=1) > 0)),
-        "n_iter": int(max((o.n_iter for o in outs), default=0)),
-        "converged": bool(all(o.converged for o in outs)),
-        "skipped_partitions": int(sum(o.skipped for o in outs)),
-        "seconds": float(seconds),
-        "elapsed": float(elapsed),
-    }
+class PoolLevels:
+    """The local :class:`solver.levels.LevelBackend`: a level's partitions solved in a
+    :class:`TaskPool`; the duals live in one ``(M, 2)`` array in input row order, so merging
+    partitions is implicit."""
+
+    def __init__(self, pool: TaskPool, X, y, kernel: Kernel, params: ODMParams,
+                 finest: np.ndarray, p: int, levels: int, *, seed: int, tol: float,
+                 max_iter: int, cache_size: float, shrinking: bool, X_val=None, y_val=None,
+                 keep_levels: bool = False) -> None:
+        self.pool, self.X, self.y, self.kernel, self.params = pool, X, y, kernel, params
+        self.finest, self.p, self.levels = finest, p, levels
+        self.solve_options = {"seed": seed, "tol": tol, "max_iter": max_iter,
+                              "cache_size": cache_size, "shrinking": shrinking}
+        self.X_val, self.y_val = X_val, y_val
+        self.keep_levels = keep_levels
+        self.alpha = np.zeros((X.shape[0], 2))
+        self.level_alpha: dict[int, np.ndarray] = {}
+        self._sizes: np.ndarray | None = None  # partition size of every row, last level
+
+    def solve_level(self, step: LevelStep) -> LevelOutcome:
+        lvl, M = step.level, self.X.shape[0]
+        ids = level_ids(self.finest, self.p, self.levels, lvl) if lvl > 0 \
+            else np.zeros(M, dtype=np.int64)
+        groups = partition_members(ids, self.p ** lvl)
+        sizes = np.bincount(ids, minlength=self.p ** lvl)[ids].astype(np.float64)
+        if step.rescale and self._sizes is not None:
+            self.alpha *= rescale_factors(self._sizes, sizes)[:, None]
+        outs = solve_groups(self.pool, self.X, self.y, self.kernel, self.params, self.alpha,
+                            groups, level=lvl, check_warm_start=step.check_warm_start,
+                            **self.solve_options)
+        self._sizes = sizes
+        if self.keep_levels:
+            self.level_alpha[lvl] = self.alpha.copy()
+        return LevelOutcome([o.summary() for o in outs],
+                            stopped=any(o.stopped for o in outs) or self.pool.stop_requested)
+
+    def record_extras(self, level: int) -> dict[str, Any]:
+        if self.X_val is None or self.y_val is None:
+            return {}
+        return {"val_accuracy": validation_accuracy(self.X, self.y, self.kernel, self.alpha,
+                                                    self.X_val, self.y_val)}
 
 
 def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None,
@@ -381,69 +421,30 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
     if S < 1:
         raise ValueError(f"n_strata must be >= 1, got {n_strata!r}")
     seed = 0 if random_state is None else int(random_state)
-    have_val = X_val is not None and y_val is not None
-    if have_val:
+    if X_val is None or y_val is None:
+        X_val = y_val = None
+    else:
         X_val = X_val if sp.issparse(X_val) else np.asarray(X_val, dtype=np.float64)
         y_val = np.asarray(y_val, dtype=np.float64).ravel()
     t_start = time.perf_counter()
-    alpha = np.zeros((M, 2))
-    history: list[dict] = []
-    result = SODMResult(alpha=alpha, history=history, p=p)
+    result = SODMResult(alpha=np.zeros((M, 2)), p=p)
     if M == 0:
         return result
-
-    K = p ** L
     if L > 0:
         lm, strata = stratify(X, kernel, min(S, M), seed,
                               max_candidates=shape.landmark_candidates)
-        finest = stratified_partitions(strata, K, seed)
+        finest = stratified_partitions(strata, p ** L, seed)
         result.landmarks, result.strata, result.partitions = lm, strata, finest
     else:
         finest = np.zeros(M, dtype=np.int64)
-    schedule = list(range(L, 0, -1)) + ([0] if final or L == 0 else [])
-    n_steps = len(schedule)
-    prev_sizes: np.ndarray | None = None
-    jump_to_global = False
     with TaskPool(n_jobs if resolve_n_jobs(n_jobs) > 1 else 1, should_stop) as pool:
-        for step, lvl in enumerate(schedule):
-            if jump_to_global and lvl != 0:
-                continue
-            if should_stop is not None and should_stop():
-                result.stopped = True
-                break
-            t0 = time.perf_counter()
-            ids = level_ids(finest, p, L, lvl) if lvl > 0 else np.zeros(M, dtype=np.int64)
-            groups = partition_members(ids, p ** lvl)
-            sizes = np.bincount(ids, minlength=p ** lvl)[ids].astype(np.float64)
-            if prev_sizes is not None and warm_start == "rescale":
-                alpha *= rescale_factors(prev_sizes, sizes)[:, None]
-            check = convergence_test and prev_sizes is not None
-            _, outs = solve_level(pool, X, y, kernel, params, alpha, groups, level=lvl,
-                                  seed=seed, tol=tol, max_iter=max_iter,
-                                  cache_size=cache_size, shrinking=shrinking,
-                                  check_warm_start=check)
-            prev_sizes = sizes
-            rec = _record(lvl, groups, outs, alpha, time.perf_counter() - t0,
-                          time.perf_counter() - t_start)
-            if have_val:
-                rec["val_accuracy"] = _val_accuracy(X, y, kernel, alpha, X_val, y_val)
-            all_skipped = check and all(o.skipped for o in outs)
-            rec["converged_early"] = bool(all_skipped)
-            history.append(rec)
-            result.last_level = lvl
-            if keep_levels:
-                result.level_alpha[lvl] = alpha.copy()
-            stopped = any(o.stopped for o in outs) or pool.stop_requested
-            if progress is not None:
-                msg = f"level {lvl}: {rec['partitions']} partitions of <= " \
-                      f"{rec['partition_size']} rows, KKT {rec['kkt_violation']:.3g}"
-                progress((step + 1) / n_steps, msg, rec)
-            if stopped:
-                result.stopped = True
-                break
-            if all_skipped and lvl > 0:
-                result.converged_early = True
-                if not final:
-                    break
-                jump_to_global = True
+        backend = PoolLevels(pool, X, y, kernel, params, finest, p, L, seed=seed, tol=tol,
+                             max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
+                             X_val=X_val, y_val=y_val, keep_levels=keep_levels)
+        run = run_levels(backend, L, final_global_solve=final, warm_start=warm_start,
+                         convergence_test=convergence_test, progress=progress,
+                         should_stop=should_stop, started=t_start)
+    result.alpha, result.level_alpha = backend.alpha, backend.level_alpha
+    result.history, result.stopped = run.history, run.stopped
+    result.converged_early, result.last_level = run.converged_early, run.last_level
     return result

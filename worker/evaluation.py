@@ -3,7 +3,6 @@ decision values, the confusion matrix (original label values) and margin statist
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -17,27 +16,9 @@ from sklearn.metrics import (
     roc_curve,
 )
 
+from solver.training import jsonable, plain
+
 ROC_MAX_POINTS = 200
-
-
-def plain(v: Any) -> Any:
-    """numpy scalars -> Python scalars; non-finite floats -> None (JSON has no NaN)."""
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def jsonable(obj: Any) -> Any:
-    """A plain-JSON copy of nested dicts / lists / numpy values."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    return plain(obj)
 
 
 def _auc(y: np.ndarray, classes: np.ndarray, F: np.ndarray) -> float | None:

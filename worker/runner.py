@@ -26,7 +26,8 @@ from app.db import session_scope
 from app.models import Dataset, Job, Model, utcnow
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
-from worker.evaluation import evaluate, jsonable, n_support_vectors
+from solver.training import jsonable
+from worker.evaluation import evaluate, n_support_vectors
 from worker.lease import PROBLEM_BASE, Claim, Heartbeat, owned
 
 log = logging.getLogger(__name__)

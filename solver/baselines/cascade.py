@@ -19,9 +19,10 @@ import numpy as np
 from solver.formulation import ODMParams
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
+from solver.levels import level_record
 from solver.parallel import TaskPool
 from solver.partition import deal_partitions, level_ids, partition_members, row_keys
-from solver.sodm import SODMResult, _record, _val_accuracy, solve_level
+from solver.sodm import SODMResult, solve_groups, validation_accuracy
 
 __all__ = ["ca_odm", "cascade_solve"]
 
@@ -52,16 +53,16 @@ def cascade_solve(X, y, kernel: Kernel, params: ODMParams, finest, levels: int, 
             row_scale = np.asarray(scales)[ids]
             if prev_scale is not None and warm_start == "rescale":
                 alpha *= (prev_scale / row_scale)[:, None]
-            _, outs = solve_level(pool, X, y, kernel, params, alpha, groups, level=lvl,
+            outs = solve_groups(pool, X, y, kernel, params, alpha, groups, level=lvl,
                                   seed=seed, tol=tol, max_iter=max_iter,
                                   cache_size=cache_size, shrinking=True,
                                   check_warm_start=False, m_scales=scales)
             prev_scale = row_scale
-            rec = _record(lvl, groups, outs, alpha, time.perf_counter() - t0,
+            rec = level_record(lvl, [o.summary() for o in outs], time.perf_counter() - t0,
                           time.perf_counter() - t_start)
             rec["n_rows_solved"] = int(sum(g.size for g in groups))
             if X_val is not None and y_val is not None:
-                rec["val_accuracy"] = _val_accuracy(X, y, kernel, alpha, X_val,
+                rec["val_accuracy"] = validation_accuracy(X, y, kernel, alpha, X_val,
                                                     np.asarray(y_val, dtype=np.float64))
             res.history.append(rec)
             res.last_level = lvl

@@ -21,9 +21,10 @@ from solver.formulation import ODMParams
 from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, landmark_candidates, select_landmarks
+from solver.levels import level_record
 from solver.parallel import TaskPool
 from solver.partition import partition_members
-from solver.sodm import SODMResult, _record, _val_accuracy, solve_level
+from solver.sodm import SODMResult, solve_groups, validation_accuracy
 
 __all__ = ["dc_odm", "kernel_kmeans"]
 
@@ -101,15 +102,15 @@ def dc_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 2, fanout: 
             sizes = np.bincount(ids, minlength=n_groups)[ids].astype(np.float64)
             if prev is not None and warm_start == "rescale":
                 alpha *= (prev / sizes)[:, None]
-            _, outs = solve_level(pool, X, y, kernel, params, alpha, groups, level=lvl,
+            outs = solve_groups(pool, X, y, kernel, params, alpha, groups, level=lvl,
                                   seed=seed, tol=tol, max_iter=max_iter,
                                   cache_size=cache_size, shrinking=True,
                                   check_warm_start=False)
             prev = sizes
-            rec = _record(lvl, groups, outs, alpha, time.perf_counter() - t0,
+            rec = level_record(lvl, [o.summary() for o in outs], time.perf_counter() - t0,
                           time.perf_counter() - t_start)
             if X_val is not None and y_val is not None:
-                rec["val_accuracy"] = _val_accuracy(X, y, kernel, alpha, X_val,
+                rec["val_accuracy"] = validation_accuracy(X, y, kernel, alpha, X_val,
                                                     np.asarray(y_val, dtype=np.float64))
             res.history.append(rec)
             res.last_level = lvl

@@ -17,10 +17,10 @@ import numpy as np
 from solver.dsvrg import (
     DEFAULT_EPOCHS,
     LinearResult,
-    _val_accuracy,
     default_step_size,
     full_gradient,
     svrg_inner,
+    validation_accuracy,
 )
 from solver.formulation import ODMParams, primal_objective_linear
 from solver.inputs import check_Xy
@@ -61,7 +61,7 @@ def odm_svrg(X, y, params: ODMParams, *, epochs: int | None = None,
                "grad_norm": gn, "seconds": time.perf_counter() - t0,
                "elapsed": time.perf_counter() - t_start}
         if X_val is not None and y_val is not None:
-            rec["val_accuracy"] = _val_accuracy(w, X_val, np.asarray(y_val, np.float64))
+            rec["val_accuracy"] = validation_accuracy(w, X_val, np.asarray(y_val, np.float64))
         res.history.append(rec)
         res.w = w
         if progress is not None:

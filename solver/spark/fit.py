@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from solver.exceptions import FitCancelled
 from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
 from solver.spark.data import batch_X, load_frame, model_space, sql, summarize
+from solver.training import fit_info, iterations, jsonable, resolve_gamma, seed_for
 
 __all__ = ["fit_spark"]
 
@@ -53,14 +54,14 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
               progress: Callable[[float, str, dict], None] | None = None,
               should_stop: Callable[[], bool] | None = None) -> Any:
     """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` with Spark."""
-    from solver.estimators import SODMClassifier, _iterations, _jsonable, _seed_for, build_fitted
+    from solver.estimators import SODMClassifier, build_fitted
     from solver.preprocessing import MinMaxScaler
 
     t0 = time.perf_counter()
     params = {k: v for k, v in dict(params).items() if k != "random_state"}
     est = SODMClassifier(**params, random_state=seed)
     est.validate_params()
-    seed_int = _seed_for(seed)
+    seed_int = seed_for(seed)
     _set_runtime_confs(spark)
     df, info = load_frame(spark, Path(dataset_dir))
     n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
@@ -76,13 +77,8 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     if scaler is not None:
         info.scaler_min, info.scaler_scale = scaler.min_, scaler.scale_
     info.fit_intercept = bool(est.fit_intercept)
-    if est.kernel == "linear":
-        gamma = 1.0
-    elif est.gamma == "scale":
-        var = summary.scaled_variance(info.scaler_min, info.scaler_scale)
-        gamma = 1.0 / (info.n_features * var) if var > 0 else 1.0
-    else:
-        gamma = float(est.gamma)
+    gamma = resolve_gamma(est.kernel, est.gamma, info.n_features,
+                          lambda: summary.scaled_variance(info.scaler_min, info.scaler_scale))
     kernel = est._make_kernel(gamma)
     odm = est._params()
     F, _ = sql(df)
@@ -105,7 +101,7 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
                                      tol=float(est.tol), landmark_candidates=n_cand,
                                      candidates=summary.candidates,
                                      progress=progress, should_stop=should_stop)
-            history = [_jsonable(r) for r in lres.history]
+            history = [jsonable(r) for r in lres.history]
             if lres.stopped:
                 raise FitCancelled(history=history)
             state = _linear_state(base, info, lres.w, float(est.theta))
@@ -123,7 +119,7 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
                                     cache_size=float(est.cache_size), seed=seed_int,
                                     progress=progress, should_stop=should_stop)
             try:
-                history = [_jsonable(r) for r in run.history]
+                history = [jsonable(r) for r in run.history]
                 if run.stopped:
                     raise FitCancelled(history=history)
                 state = _kernel_state(run, info, n)
@@ -131,21 +127,14 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
                 run.release()
     finally:
         base.unpersist()
-    fit_info = {
-        "algorithm": est._algorithm_for_kernel(),
-        "n_train": int(n),
-        "n_features": int(info.n_features),
-        "sparse_input": info.layout == "sparse",
-        "n_problems": 1,
-        "seed": seed_int,
-        "n_iter": [_iterations(history)],
-        "seconds": time.perf_counter() - t0,
-        "backend": "spark",
-    }
+    info_ = fit_info(algorithm=est._algorithm_for_kernel(), n_train=n,
+                     n_features=info.n_features, sparse_input=info.layout == "sparse",
+                     n_problems=1, seed=seed_int, n_iter=[iterations(history)],
+                     seconds=time.perf_counter() - t0, backend="spark")
     return build_fitted(est, classes=classes, n_features_in=info.n_features,
                         scaler_min=None if scaler is None else scaler.min_,
                         scaler_scale=None if scaler is None else scaler.scale_,
-                        gamma=gamma, history=history, fit_info=fit_info, **state)
+                        gamma=gamma, history=history, fit_info=info_, **state)
 
 
 def _kernel_state(run: Any, info: Any, n: int) -> dict[str, Any]:

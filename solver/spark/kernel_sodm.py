@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from solver.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
 from solver.spark.data import DataInfo, batch_X, ddl_fields, model_space, sql
 
-__all__ = ["KernelRun", "sodm_kernel_spark"]
+__all__ = ["KernelRun", "SparkLevels", "sodm_kernel_spark"]
 
 _STATS = ("objective", "kkt_violation", "warm_kkt", "n_iter", "converged", "stopped",
           "skipped", "seconds")
@@ -73,87 +74,101 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
     shape = resolve_structure(M, cache_size, p=p, levels=levels, n_strata=n_strata,
                               landmark_candidates=landmark_candidates,
                               final_global_solve=final_global_solve)
-    p, L, S, final = shape.p, shape.levels, shape.n_strata, shape.final_global_solve
+    p, L, S = shape.p, shape.levels, shape.n_strata
     t_start = time.perf_counter()
-    K = p ** L
     if L > 0:
         _, Zl = select_landmarks_spark(base, info, kernel, min(S, M), M, seed=seed,
                                        max_candidates=shape.landmark_candidates,
                                        candidates=candidates)
-        data, strata = assign_partitions_spark(base, info, kernel, Zl, K, seed)
+        data, strata = assign_partitions_spark(base, info, kernel, Zl, p ** L, seed)
         data = data.drop("stratum")
     else:
         data, strata = base.withColumn("part", F.lit(0).cast("long")), None
-    # the first level reads this lazily (the strata are cached; no pass of its own)
-    state = data.withColumn("zeta", F.lit(0.0)).withColumn("beta", F.lit(0.0)) \
-        .withColumn("msize", F.lit(0.0))
-    schedule = list(range(L, 0, -1)) + ([0] if final or L == 0 else [])
-    run = KernelRun(state=state, n_rows=M)
-    first = True
-    jump_to_global = False
-    data_cols = [c for c in state.columns if c not in ("zeta", "beta", "msize")]
-    pending = None
+    backend = SparkLevels(data, strata, info, kernel, params, p=p, levels=L, seed=seed,
+                          tol=tol, max_iter=max_iter, cache_size=cache_size,
+                          shrinking=shrinking)
     try:
-        for step, lvl in enumerate(schedule):
-            if jump_to_global and lvl != 0:
-                continue
-            if should_stop is not None and should_stop():
-                run.stopped = True
-                break
-            t0 = time.perf_counter()
-            div = p ** (L - lvl) if lvl > 0 else K
-            check = convergence_test and not first
-            rescale = warm_start == "rescale" and not first
-            solve = _make_solver(info, kernel, params, seed=seed, level=lvl, tol=tol,
-                                 max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
-                                 check=check, rescale=rescale, data_cols=data_cols)
-            n_groups = p ** lvl
-            grouped = state.withColumn("gid", F.floor(F.col("part") / F.lit(div)).cast("long")
-                                       if lvl > 0 else F.lit(0).cast("long"))
-            out_schema = _out_schema(state)
-            # cached (memory, spilling to disk): the summary aggregate below is the job that
-            # solves the level and fills the cache
-            new_state = (grouped.repartition(max(1, n_groups), "gid")
-                         .groupBy("gid").applyInPandas(solve, out_schema).persist())
-            pending = new_state
-            stats = [r.asDict() for r in new_state.groupBy("gid").agg(
-                *[F.first(c).alias(c) for c in _STATS], F.count("*").alias("size"),
-                F.sum(F.when(F.col("zeta") + F.col("beta") > 0, 1).otherwise(0)).alias("nsv"),
-            ).collect()]
-            run.release()  # the level before (read by this one)
-            run.cached, pending = new_state, None
-            if strata is not None:  # the first level has read it
-                strata.unpersist()
-                strata = None
-            state = new_state.select(*data_cols, "zeta", "beta", "msize")
-            first = False
-            rec = _record(lvl, stats, time.perf_counter() - t0, time.perf_counter() - t_start)
-            all_skipped = check and all(bool(s["skipped"]) for s in stats)
-            rec["converged_early"] = bool(all_skipped)
-            run.history.append(rec)
-            run.last_level = lvl
-            stopped = any(bool(s["stopped"]) for s in stats)
-            if progress is not None:
-                msg = (f"level {lvl}: {rec['partitions']} partitions of <= "
-                       f"{rec['partition_size']} rows, KKT {rec['kkt_violation']:.3g}")
-                progress((step + 1) / len(schedule), msg, rec)
-            if stopped:
-                run.stopped = True
-                break
-            if all_skipped and lvl > 0:
-                if not final:
-                    break
-                jump_to_global = True
+        levels_run = run_levels(backend, L, final_global_solve=shape.final_global_solve,
+                                warm_start=warm_start, convergence_test=convergence_test,
+                                progress=progress, should_stop=should_stop, started=t_start)
     except BaseException:  # an interrupted or failed level: nothing stays cached
-        if pending is not None:
-            pending.unpersist()
-        run.release()
+        backend.release()
         raise
     finally:
-        if strata is not None:  # stopped or failed before the first level finished
-            strata.unpersist()
-    run.state = state
-    return run
+        backend.release_strata()  # stopped or failed before the first level finished
+    return KernelRun(state=backend.state, history=levels_run.history,
+                     stopped=levels_run.stopped, last_level=levels_run.last_level, n_rows=M,
+                     cached=backend.cached)
+
+
+class SparkLevels:
+    """The Spark :class:`solver.levels.LevelBackend`: the duals are the columns ``zeta``,
+    ``beta`` (and the previous partition size ``msize``) of a state DataFrame; a level is one
+    ``groupBy("gid").applyInPandas`` running the local ``solve_partition`` per group, whose
+    output is cached by the job that aggregates the per-group summaries."""
+
+    def __init__(self, data: Any, strata: Any, info: DataInfo, kernel: Any, params: Any, *,
+                 p: int, levels: int, seed: int, tol: float, max_iter: int,
+                 cache_size: float, shrinking: bool) -> None:
+        F, _ = sql(data)
+        # the first level reads this lazily (the strata are cached; no pass of its own)
+        self.state = data.withColumn("zeta", F.lit(0.0)).withColumn("beta", F.lit(0.0)) \
+            .withColumn("msize", F.lit(0.0))
+        self.data_cols = [c for c in self.state.columns if c not in ("zeta", "beta", "msize")]
+        self.strata = strata
+        self.info, self.kernel, self.params = info, kernel, params
+        self.p, self.levels = p, levels
+        self.solve_options = {"seed": seed, "tol": tol, "max_iter": max_iter,
+                              "cache_size": cache_size, "shrinking": shrinking}
+        self.cached: Any = None  # the persisted level output behind ``state``
+
+    def solve_level(self, step: LevelStep) -> LevelOutcome:
+        F, _ = sql(self.state)
+        lvl = step.level
+        solve = _make_solver(self.info, self.kernel, self.params, level=lvl,
+                             check=step.check_warm_start, rescale=step.rescale,
+                             data_cols=self.data_cols, **self.solve_options)
+        div = self.p ** (self.levels - lvl)
+        grouped = self.state.withColumn(
+            "gid", F.floor(F.col("part") / F.lit(div)).cast("long") if lvl > 0
+            else F.lit(0).cast("long"))
+        # cached (memory, spilling to disk): the summary aggregate below is the job that
+        # solves the level and fills the cache
+        new_state = (grouped.repartition(max(1, self.p ** lvl), "gid")
+                     .groupBy("gid").applyInPandas(solve, _out_schema(self.state)).persist())
+        try:
+            stats = new_state.groupBy("gid").agg(
+                *[F.first(c).alias(c) for c in _STATS], F.count("*").alias("size"),
+                F.sum(F.when(F.col("zeta") + F.col("beta") > 0, 1).otherwise(0))
+                .alias("nsv")).collect()
+        except BaseException:
+            new_state.unpersist()
+            raise
+        self.release()  # the level before (read by this one)
+        self.cached = new_state
+        self.release_strata()  # the first level has read it
+        self.state = new_state.select(*self.data_cols, "zeta", "beta", "msize")
+        parts = [PartitionSummary(
+            size=int(r["size"]), n_sv=int(r["nsv"]), objective=float(r["objective"]),
+            kkt_violation=float(r["kkt_violation"]), warm_kkt=float(r["warm_kkt"]),
+            n_iter=int(r["n_iter"]), converged=bool(r["converged"]),
+            stopped=bool(r["stopped"]), skipped=bool(r["skipped"]))
+            for r in sorted(stats, key=lambda r: int(r["gid"]))]
+        return LevelOutcome(parts, stopped=any(q.stopped for q in parts))
+
+    def record_extras(self, level: int) -> dict[str, Any]:
+        return {"backend": "spark"}
+
+    def release(self) -> None:
+        """Drop the cached output of the last solved level."""
+        if self.cached is not None:
+            self.cached.unpersist()
+            self.cached = None
+
+    def release_strata(self) -> None:
+        if self.strata is not None:
+            self.strata.unpersist()
+            self.strata = None
 
 
 def _out_schema(state: Any) -> str:
@@ -204,23 +219,3 @@ def _make_solver(info: DataInfo, kernel: Any, params: Any, *, seed: int, level: 
         return res
 
     return solve
-
-
-def _record(level: int, stats: list[dict], seconds: float, elapsed: float) -> dict[str, Any]:
-    """The local ``solver.sodm._record`` fields from the per-group summaries."""
-    warm = [float(s["warm_kkt"]) for s in stats if np.isfinite(float(s["warm_kkt"]))]
-    return {
-        "level": int(level),
-        "partitions": len(stats),
-        "partition_size": int(max((s["size"] for s in stats), default=0)),
-        "objective": float(sum(float(s["objective"]) for s in stats)),
-        "kkt_violation": float(max((float(s["kkt_violation"]) for s in stats), default=0.0)),
-        "warm_start_kkt": float(max(warm)) if warm else None,
-        "n_sv": int(sum(int(s["nsv"]) for s in stats)),
-        "n_iter": int(max((int(s["n_iter"]) for s in stats), default=0)),
-        "converged": bool(all(bool(s["converged"]) for s in stats)),
-        "skipped_partitions": int(sum(bool(s["skipped"]) for s in stats)),
-        "seconds": float(seconds),
-        "elapsed": float(elapsed),
-        "backend": "spark",
-    }

@@ -83,6 +83,7 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
 
     def part_grad(batches):
         from solver.dsvrg import instance_coefficients
+        from solver.formulation import margin_loss
 
         for pdf in batches:
             for _, row in pdf.iterrows():
@@ -90,9 +91,7 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
                 g = y * np.asarray(X @ w).ravel()
                 c = instance_coefficients(g, y, params)
                 h = y.size * w + np.asarray(X.T @ c).ravel()
-                xi = np.maximum(0.0, 1.0 - params.theta - g)
-                eps = np.maximum(0.0, g - 1.0 - params.theta)
-                loss = float(np.dot(xi, xi) + params.upsilon * np.dot(eps, eps))
+                loss = margin_loss(g, params)
                 yield pd.DataFrame({"part": [int(row["part"])], "h": [h], "loss": [loss]})
 
     rows = packed.mapInPandas(part_grad, "part long, h array<double>, loss double").collect()
@@ -112,8 +111,8 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> LinearRun:
     """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
-    from solver.dsvrg import DEFAULT_EPOCHS, _inner_csr, _inner_dense, default_partitions
-    from solver.formulation import lipschitz_constant
+    from solver.dsvrg import DEFAULT_EPOCHS, default_partitions, inner_csr, inner_dense
+    from solver.formulation import lipschitz_constant, objective_from_loss
     from solver.kernels import Kernel
     from solver.sodm import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
@@ -194,10 +193,10 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
                         vv = v.copy()
                         o = np.ascontiguousarray(order, dtype=np.int64)
                         if sparse:
-                            s2 = _inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
+                            s2 = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
                                             s, eta, slam, th, ups)
                         else:
-                            s2 = _inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
+                            s2 = inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
                                               eta, slam, th, ups)
                         yield pd.DataFrame({"v": [vv], "s": [float(s2)]})
 
@@ -211,8 +210,7 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
             break
         h, loss = _gradient(packed, w, params, d, sparse, M)
         gn = float(np.linalg.norm(h))
-        obj = float(0.5 * np.dot(w, w) + params.lam / (2.0 * M) * loss
-                    / (1.0 - params.theta) ** 2)
+        obj = objective_from_loss(w, loss, params, M)
         rec = {"epoch": e, "objective": obj, "grad_norm": gn,
                "seconds": time.perf_counter() - t0, "elapsed": time.perf_counter() - t_start,
                "backend": "spark"}

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solver.estimators import _overall_variance
 from solver.preprocessing import MinMaxScaler
 from solver.spark.data import batch_moments, merge_partials
+from solver.training import overall_variance
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
@@ -32,7 +32,7 @@ def test_batch_partials_merge_to_the_whole_datasets_statistics(sparse: bool) -> 
     np.testing.assert_allclose(summary.m2, ((X - X.mean(axis=0)) ** 2).sum(axis=0),
                                rtol=1e-9, atol=1e-6)
     scaler = MinMaxScaler.fit(X)
-    expected = _overall_variance(scaler.transform(X))  # what the estimator's gamma uses
+    expected = overall_variance(scaler.transform(X))  # what the estimator's gamma uses
     assert summary.scaled_variance(scaler.min_, scaler.scale_) == pytest.approx(expected,
                                                                                 rel=1e-12)
     assert summary.scaled_variance(None, None) == pytest.approx(np.var(X), rel=1e-12)

@@ -66,7 +66,16 @@ def test_kernel_sodm_matches_local_backend(kind: str, request: pytest.FixtureReq
     np.testing.assert_array_equal(est.support_, local_kernel_model.support_)
     assert est.score(X, y) == local_kernel_model.score(X, y)
     assert [round(f, 6) for f, _, _ in seen] == [0.5, 1.0]
-    assert [r["level"] for _, _, r in seen] == [2, 1]
+    # one level driver: the same records (and messages) as the local run's
+    same = ("level", "partitions", "partition_size", "n_sv", "n_iter", "converged",
+            "skipped_partitions", "converged_early")
+    assert [{k: r[k] for k in same} for _, _, r in seen] == \
+        [{k: r[k] for k in same} for r in local_kernel_model.history_]
+    for (_, _, r), loc in zip(seen, local_kernel_model.history_, strict=True):
+        assert r["objective"] == pytest.approx(loc["objective"], rel=1e-9)
+        assert r["backend"] == "spark"
+    assert [m.split(", KKT")[0] for _, m, _ in seen] == ["level 2: 4 partitions of <= 100 rows",
+                                                         "level 1: 2 partitions of <= 200 rows"]
     assert est.fit_info_["backend"] == "spark"
     path = tmp_path / "m.sodm"
     save_model(est, path)

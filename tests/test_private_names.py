@@ -1,0 +1,44 @@
+"""Product code imports no private name (``_x``) from another module: what modules share is
+public (``solver.training``, ``solver.levels``, ...). A package's private module
+(``from solver import _numba_kernels``) stays allowed inside its own package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("solver", "app", "worker", "bench")
+
+
+def _private_imports(path: Path, root: Path = ROOT) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        if node.module == "__future__" or node.module.split(".")[0] not in PACKAGES:
+            continue
+        for alias in node.names:
+            if not alias.name.startswith("_"):
+                continue
+            target = root / node.module.replace(".", "/") / f"{alias.name}.py"
+            own_package = path.parent == target.parent
+            if not (target.exists() and own_package):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: "
+                             f"from {node.module} import {alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    found = [hit for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+             for hit in _private_imports(path)]
+    assert not found, "private names imported across modules:\n" + "\n".join(found)
+
+
+def test_the_check_sees_a_private_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from solver.sodm import _rows, solve_partition\n"
+                     "from solver import _numba_kernels\n")
+    assert _private_imports(probe, tmp_path) == [
+        "probe.py:1: from solver.sodm import _rows",
+        "probe.py:2: from solver import _numba_kernels"]  # not its own package here
