@@ -534,7 +534,7 @@ class SODMClassifier(ODMBase):
     ``levels``, ``n_strata``, ``landmark_candidates``, ``final_global_solve``,
     ``n_partitions`` and ``epochs`` means the solver module's documented default (``p``:
     the smallest fan-in whose level-1 partitions' float32 kernel fits ``cache_size``, see
-    ``solver.sodm.default_fanin``; ``landmark_candidates``: 20,000).
+    ``solver.sodm.default_p``; ``landmark_candidates``: 20,000).
     """
 
     _algorithm_name = "sodm"

@@ -31,7 +31,7 @@ training subsamples at most, RBF with gamma = 1/(d var X), lam = 1000, tol = 1e-
 timings on a shared 2-core machine are noisy to about +-50%):
 
 * ``p`` (merge fan-in): the smallest ``p >= 2`` whose level-1 partitions (``M / p`` rows) have
-  a float32 kernel within ``cache_size`` (:func:`default_fanin`; the paper leaves ``p`` to the
+  a float32 kernel within ``cache_size`` (:func:`default_p`; the paper leaves ``p`` to the
   user and runs ``p = 2``).  Level 1 is always solved and its concatenation is the output, so
   its partition size sets the cost: a partition larger than the cache runs from the column
   cache and its active face is too large for the direct Newton step.  ``bench/sodm_levels.py``
@@ -112,7 +112,7 @@ __all__ = [
     "solve_partition",
     "solve_groups",
     "validation_accuracy",
-    "default_fanin",
+    "default_p",
     "default_levels",
     "resolve_structure",
     "stratify",
@@ -138,7 +138,7 @@ class SODMResult:
 
     alpha: np.ndarray
     history: list[dict] = field(default_factory=list)
-    p: int = 2  # the merge fan-in used (``default_fanin`` when not given)
+    p: int = 2  # the merge fan-in used (``default_p`` when not given)
     stopped: bool = False
     converged_early: bool = False
     last_level: int = 0
@@ -173,7 +173,7 @@ class PartitionOutcome:
             skipped=bool(self.skipped))
 
 
-def default_fanin(n_rows: int, cache_size: float = 512.0) -> int:
+def default_p(n_rows: int, cache_size: float = 512.0) -> int:
     """The smallest merge fan-in ``p >= 2`` whose level-1 partitions (``ceil(M / p)`` rows)
     have a float32 kernel within ``cache_size`` MB.
 
@@ -205,12 +205,12 @@ def resolve_structure(n_rows: int, cache_size: float, *, p: int | None,
                       levels: int | None, n_strata: int | None,
                       landmark_candidates: int | None,
                       final_global_solve: bool | None) -> Structure:
-    """``None`` -> :func:`default_fanin`, :func:`default_levels`, ``DEFAULT_N_STRATA``,
+    """``None`` -> :func:`default_p`, :func:`default_levels`, ``DEFAULT_N_STRATA``,
     ``DEFAULT_LANDMARK_CANDIDATES`` and no final global solve."""
-    fanin = default_fanin(n_rows, cache_size) if p is None else int(p)
+    p_value = default_p(n_rows, cache_size) if p is None else int(p)
     return Structure(
-        p=fanin,
-        levels=default_levels(n_rows, fanin, cache_size) if levels is None else int(levels),
+        p=p_value,
+        levels=default_levels(n_rows, p_value, cache_size) if levels is None else int(levels),
         n_strata=DEFAULT_N_STRATA if n_strata is None else int(n_strata),
         landmark_candidates=(DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None
                              else int(landmark_candidates)),

@@ -26,7 +26,7 @@ from app.problems import ProblemError
 from app.schemas.jobs import TrainRequestBase
 from app.services.algorithms import ParamError, build_estimator
 from app.services.cursors import as_utc, page, split_page
-from solver.sodm import default_fanin
+from solver.sodm import default_p
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +200,14 @@ def check_partitions(params: dict[str, Any], n_train: int) -> None:
         checks.append(("p", p))
     if isinstance(levels, int) and not isinstance(levels, bool) and levels >= 1:
         if isinstance(p, int) and not isinstance(p, bool) and p >= 2:
-            fanout = p
+            p_used = p
         else:  # the estimator's default p, from the kernel budget
             cache = params.get("cache_size")
             ok = isinstance(cache, int | float) and not isinstance(cache, bool) \
                 and math.isfinite(cache) and cache > 0
             cache = float(cache) if ok else 512.0
-            fanout = default_fanin(n_train, cache)
-        checks.append(("levels", fanout ** min(levels, 64)))
+            p_used = default_p(n_train, cache)
+        checks.append(("levels", p_used ** min(levels, 64)))
     if isinstance(k, int) and not isinstance(k, bool):
         checks.append(("n_partitions", k))
     for name, partitions in checks:

@@ -5,8 +5,9 @@ a sample of at most ``sample_size`` rows, keys ``splitmix64(seed, i)`` below a t
 every row goes to the nearest cluster mean in the RKHS); each cluster is solved as its own ODM
 (``m_scale`` = cluster size) warm-started from the previous level's per-instance ``alpha``
 (rescaled by old/new problem size with ``warm_start="rescale"``).  Clusters are *not*
-distribution-preserving (unlike SODM's strata).  Finally one global solve warm-started from
-level 1 returns the exact ODM optimum, as DC-SVM does.
+distribution-preserving (unlike SODM's strata), and they are computed anew at every level, so
+``fanout`` (DC-SVM's name) is not a merge factor like SODM's ``p``.  Finally one global
+solve warm-started from level 1 returns the exact ODM optimum, as DC-SVM does.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from solver.formulation import ODMParams, dual_objective
 from solver.kernels import Kernel, kernel_matrix
 from solver.parallel import TaskPool
 from solver.partition import local_seed
-from solver.sodm import default_fanin, default_levels, sodm_kernel
+from solver.sodm import default_levels, default_p, sodm_kernel
 
 KERNEL = Kernel("rbf", gamma=1.0)
 PARAMS = ODMParams(lam=100.0, upsilon=0.5, theta=0.2)
@@ -44,22 +44,22 @@ def test_default_levels_is_the_fewest_whose_partition_kernel_fits_the_cache(
     (59_535, 1024, 4),       # cod-rna: 14,884-row quarters
     (1_000_000, 1024, 62),   # SUSY-sized: 62 partitions of <= 16,130 rows
 ])
-def test_default_fanin_is_the_smallest_whose_level_one_kernel_fits_the_cache(
+def test_default_p_is_the_smallest_whose_level_one_kernel_fits_the_cache(
         n_rows: int, cache_mb: float, expected: int) -> None:
-    p = default_fanin(n_rows, cache_mb)
+    p = default_p(n_rows, cache_mb)
     assert p == expected
     fit_rows = (cache_mb * (1 << 20) / 4) ** 0.5
     assert -(-n_rows // p) <= fit_rows
     assert p == 2 or -(-n_rows // (p - 1)) > fit_rows
 
 
-def test_sodm_without_p_uses_the_default_fanin():
+def test_sodm_without_p_uses_the_default_p():
     # a 4 MB cache holds the float32 kernel of 1,024 rows: 3,000 rows need 3 partitions
     rng = np.random.default_rng(5)
     X = rng.random((3000, 3))
     y = np.where(X[:, 0] > X[:, 1], 1.0, -1.0)
     res = sodm_kernel(X, y, KERNEL, PARAMS, levels=1, cache_size=4.0, random_state=0)
-    assert res.p == default_fanin(3000, 4.0) == 3
+    assert res.p == default_p(3000, 4.0) == 3
     assert [h["partitions"] for h in res.history] == [3]
     assert len(np.unique(res.partitions)) == 3
 
