@@ -102,7 +102,7 @@ def create_app() -> FastAPI:
     _document_security(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
-                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
                            expose_headers=["Location", "Retry-After", "RateLimit",
                                            "RateLimit-Policy"])

@@ -152,5 +152,30 @@ class Model(Base):
     train_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     file_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
     file_sha256: Mapped[str] = mapped_column(String(64), default="")
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class ModelTag(Base):
+    """A label on a model version (``GET /models?tag=...`` filters by it)."""
+
+    __tablename__ = "model_tags"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+class ModelAlias(Base):
+    """A movable name for one version of a model name (``name@champion``): only
+    ``PUT``/``DELETE /models/{name}/aliases/{alias}`` change it, a new version never does."""
+
+    __tablename__ = "model_aliases"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"),
+                                           primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    alias: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"),
+                                          index=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
+                                                 onupdate=utcnow)

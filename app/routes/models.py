@@ -1,6 +1,9 @@
-"""Routes: ``/models`` list (optionally by name), detail, file download, delete."""
+"""Routes: ``/models`` list (filters: name, dataset, alias, tags), detail, PATCH (description,
+tags), file download, delete; ``/models/{name}/aliases`` (list, PUT, DELETE)."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import FileResponse
@@ -10,28 +13,62 @@ from app.auth import current_tenant
 from app.db import get_session
 from app.models import Tenant
 from app.problems import ProblemError
-from app.schemas.common import IdPath
-from app.schemas.models import ModelList, ModelOut
+from app.schemas.common import ID_PATTERN, IdPath
+from app.schemas.models import (
+    ALIAS_PATTERN,
+    MODEL_NAME_PATTERN,
+    AliasList,
+    AliasName,
+    AliasOut,
+    AliasPut,
+    ModelList,
+    ModelName,
+    ModelOut,
+    ModelPatch,
+    Tag,
+)
 from app.services import models as models_service
+from app.services import registry
 
 router = APIRouter(tags=["models"])
 
 
 @router.get("/models", response_model=ModelList)
 def list_models(name: str | None = Query(default=None, max_length=200,
-                                         pattern=r"^[^\x00-\x1f\x7f]+$"),
+                                         pattern=MODEL_NAME_PATTERN),
+                dataset_id: str | None = Query(default=None, pattern=ID_PATTERN),
+                alias: str | None = Query(default=None, pattern=ALIAS_PATTERN,
+                                          description="versions this alias points at"),
+                tag: Annotated[list[Tag] | None, Query(
+                    max_length=8, description="versions with every tag given")] = None,
                 cursor: str | None = None,
                 limit: int = Query(default=50, ge=1, le=500),
                 tenant: Tenant = Depends(current_tenant),
                 session: Session = Depends(get_session)) -> dict:
-    rows, next_cursor = models_service.list_models(session, tenant, name, cursor, limit)
-    return {"items": [models_service.model_out(m) for m in rows], "next_cursor": next_cursor}
+    """Live model versions, newest first."""
+    rows, next_cursor = models_service.list_models(session, tenant, cursor, limit, name=name,
+                                                   dataset_id=dataset_id, alias=alias,
+                                                   tags=tag)
+    return {"items": models_service.models_out(session, rows), "next_cursor": next_cursor}
+
+
+def _one(session: Session, m) -> dict:
+    return models_service.models_out(session, [m])[0]
 
 
 @router.get("/models/{model_id}", response_model=ModelOut)
 def get_model(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
               session: Session = Depends(get_session)) -> dict:
-    return models_service.model_out(models_service.get_model(session, tenant, model_id))
+    return _one(session, models_service.get_model(session, tenant, model_id))
+
+
+@router.patch("/models/{model_id}", response_model=ModelOut)
+def update_model(model_id: IdPath, body: ModelPatch, tenant: Tenant = Depends(current_tenant),
+                 session: Session = Depends(get_session)) -> dict:
+    """Set the description and/or replace the tags of a model version."""
+    m = models_service.get_model(session, tenant, model_id)
+    registry.update_model(session, m, description=body.description, tags=body.tags)
+    return _one(session, m)
 
 
 @router.get("/models/{model_id}/file", response_class=FileResponse,
@@ -51,5 +88,32 @@ def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
 @router.delete("/models/{model_id}", status_code=204)
 def delete_model(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                  session: Session = Depends(get_session)) -> Response:
+    """Delete a version (its file and the aliases pointing at it go with it)."""
     models_service.delete_model(session, tenant, model_id)
+    return Response(status_code=204)
+
+
+@router.get("/models/{name}/aliases", response_model=AliasList)
+def list_aliases(name: ModelName, tenant: Tenant = Depends(current_tenant),
+                 session: Session = Depends(get_session)) -> dict:
+    """The aliases of a model name and the versions they point at."""
+    return {"items": [registry.alias_out(a, session)
+                      for a in registry.list_aliases(session, tenant, name)]}
+
+
+@router.put("/models/{name}/aliases/{alias}", response_model=AliasOut)
+def set_alias(name: ModelName, alias: AliasName, body: AliasPut,
+              tenant: Tenant = Depends(current_tenant),
+              session: Session = Depends(get_session)) -> dict:
+    """Point ``name@alias`` at a version (by ``version`` or ``model_id``); ``/predict``
+    with ``"model": "name@alias"`` uses it until the alias is moved or deleted."""
+    row = registry.set_alias(session, tenant, name, alias, version=body.version,
+                             model_id=body.model_id)
+    return registry.alias_out(row, session)
+
+
+@router.delete("/models/{name}/aliases/{alias}", status_code=204)
+def delete_alias(name: ModelName, alias: AliasName, tenant: Tenant = Depends(current_tenant),
+                 session: Session = Depends(get_session)) -> Response:
+    registry.delete_alias(session, tenant, name, alias)
     return Response(status_code=204)

@@ -1,15 +1,30 @@
-"""Response bodies of the ``/models`` resources."""
+"""Request and response bodies of the ``/models`` resources and the registry (aliases,
+tags, description)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from fastapi import Path
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# an alias starts with a letter, so name@3 is always a version and name@champion an alias
+ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,63}$"
+
+ModelName = Annotated[str, Path(min_length=1, max_length=200, pattern=MODEL_NAME_PATTERN,
+                                description="a model name", examples=["churn"])]
+AliasName = Annotated[str, Path(pattern=ALIAS_PATTERN, description="an alias: a letter, then "
+                                "letters, digits, _ or - (not \"latest\")",
+                                examples=["champion"])]
+Tag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
 
 
 class ModelOut(BaseModel):
-    """A trained model version with its held-out metrics and margin statistics."""
+    """A trained model version with its held-out metrics, margin statistics and registry
+    labels (the aliases that point at it, its tags and description)."""
 
     id: str
     name: str
@@ -26,6 +41,9 @@ class ModelOut(BaseModel):
     n_features: int
     classes: list[Any]
     file_sha256: str
+    description: str
+    tags: list[str]
+    aliases: list[str] = Field(description="aliases of this name that point at this version")
     created_at: datetime
     links: dict[str, str]
 
@@ -33,3 +51,37 @@ class ModelOut(BaseModel):
 class ModelList(BaseModel):
     items: list[ModelOut]
     next_cursor: str | None
+
+
+class ModelPatch(BaseModel):
+    """``PATCH /models/{id}``: the fields given replace the stored ones."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"description": "RBF, lam 1e4; beats v2 on the Q3 data",
+                      "tags": ["prod-candidate", "team=risk"]}]})
+
+    description: str | None = Field(default=None, max_length=4000)
+    tags: list[Tag] | None = Field(default=None, max_length=32,
+                                   description="the whole set of tags (replaces the old one)")
+
+
+class AliasPut(BaseModel):
+    """``PUT /models/{name}/aliases/{alias}``: the version to point at (by number or id)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 3}]})
+
+    version: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    model_id: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class AliasOut(BaseModel):
+    name: str
+    alias: str
+    model_id: str
+    version: int | None
+    updated_at: datetime
+    links: dict[str, str]
+
+
+class AliasList(BaseModel):
+    items: list[AliasOut]

@@ -17,8 +17,10 @@ class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     model_id: str | None = Field(default=None, max_length=64, pattern=ID_PATTERN)
-    model: str | None = Field(default=None, max_length=220, pattern=r"^[^\x00-\x1f\x7f]+$",
-                              description='"name" (latest version) or "name@version"')
+    model: str | None = Field(default=None, max_length=270, pattern=r"^[^\x00-\x1f\x7f]+$",
+                              description='"name" or "name@latest" (the newest version), '
+                              '"name@3" (version 3) or "name@champion" (the version an alias '
+                              'points at)', examples=["churn@champion"])
     instances: list[Any] = Field(
         description="dense rows [[x0, x1, ...]] or sparse rows [{\"index\": value}] "
         "(0-based string keys)"
@@ -29,5 +31,9 @@ class PredictResponse(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
 
     model_id: str
+    model_name: str
+    version: int
+    classes: list[Any] = Field(description="the model's labels; with more than two, "
+                               "decision_values[i][k] is the score of classes[k]")
     labels: list[Any]
     decision_values: list[Any]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.models import Model, Tenant, utcnow
+from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
 from app.problems import ProblemError
-from app.services import cache
+from app.schemas.models import ALIAS_PATTERN
+from app.services import cache, registry
 from app.services.cache import ModelEntry
 from app.services.cursors import as_utc, page, split_page
 
@@ -34,7 +36,8 @@ def get_model(session: Session, tenant: Tenant, model_id: str) -> Model:
 
 
 def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | None) -> Model:
-    """``model_id``, or ``ref`` = ``"name"`` (latest live version) or ``"name@version"``."""
+    """``model_id``, or ``ref`` = ``"name"`` / ``"name@latest"`` (the newest live version),
+    ``"name@3"`` (version 3) or ``"name@champion"`` (the version an alias points at)."""
     if (model_id is None) == (ref is None):
         raise ProblemError(422, "Invalid model reference",
                            detail="give exactly one of model_id and model",
@@ -45,12 +48,18 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
     name, _, version = ref.partition("@")
     stmt = select(Model).where(Model.tenant_id == tenant.id, Model.name == name,
                                Model.deleted_at.is_(None))
-    if version:
-        if not version.isdigit():
+    if version and not version.isdigit() and version != "latest":
+        if not re.fullmatch(ALIAS_PATTERN, version):
             raise ProblemError(422, "Invalid model reference",
-                               detail=f"version {version!r} is not a positive integer",
+                               detail=f"{version!r} is neither a version number nor an alias",
                                type=PROBLEM_BASE + "invalid-request",
-                               errors=[{"field": "model", "message": "name@<int>"}])
+                               errors=[{"field": "model",
+                                        "message": "name, name@<version> or name@<alias>"}])
+        m = registry.alias_target(session, tenant, name, version)
+        if m is None:
+            raise _not_found(f"{ref!r} (no alias {version!r} of model {name!r})")
+        return m
+    if version.isdigit():
         stmt = stmt.where(Model.version == int(version))
     m = session.scalars(stmt.order_by(Model.version.desc()).limit(1)).first()
     if m is None:
@@ -58,11 +67,21 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
     return m
 
 
-def list_models(session: Session, tenant: Tenant, name: str | None, cursor: str | None,
-                limit: int) -> tuple[list[Model], str | None]:
+def list_models(session: Session, tenant: Tenant, cursor: str | None, limit: int, *,
+                name: str | None = None, dataset_id: str | None = None,
+                alias: str | None = None, tags: list[str] | None = None
+                ) -> tuple[list[Model], str | None]:
+    """Live versions, newest first, filtered by name, dataset, alias and every tag given."""
     stmt = select(Model).where(Model.tenant_id == tenant.id, Model.deleted_at.is_(None))
     if name:
         stmt = stmt.where(Model.name == name)
+    if dataset_id:
+        stmt = stmt.where(Model.dataset_id == dataset_id)
+    if alias:
+        stmt = stmt.where(Model.id.in_(select(ModelAlias.model_id).where(
+            ModelAlias.tenant_id == tenant.id, ModelAlias.alias == alias)))
+    for tag in tags or ():
+        stmt = stmt.where(Model.id.in_(select(ModelTag.model_id).where(ModelTag.tag == tag)))
     return split_page(list(session.scalars(page(stmt, Model, cursor, limit))), limit)
 
 
@@ -75,6 +94,7 @@ def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:
     """Soft-delete the row (ids stay unique), then remove the file best effort."""
     m = get_model(session, tenant, model_id)
     m.deleted_at = utcnow()
+    registry.drop_aliases_of(session, m.id)
     session.commit()
     try:
         file_of(m).unlink(missing_ok=True)
@@ -109,7 +129,14 @@ async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) 
     return entry
 
 
-def model_out(m: Model) -> dict[str, Any]:
+def models_out(session: Session, rows: list[Model]) -> list[dict[str, Any]]:
+    """The API representation of a page of models (tags and aliases in two queries)."""
+    tags, aliases = registry.labels_of(session, [m.id for m in rows])
+    return [model_out(m, tags.get(m.id, []), aliases.get(m.id, [])) for m in rows]
+
+
+def model_out(m: Model, tags: list[str] | None = None,
+              aliases: list[str] | None = None) -> dict[str, Any]:
     return {
         "id": m.id, "name": m.name, "version": m.version, "algorithm": m.algorithm,
         "backend": m.backend, "dataset_id": m.dataset_id, "job_id": m.job_id,
@@ -117,6 +144,7 @@ def model_out(m: Model) -> dict[str, Any]:
         "train_seconds": float(m.train_seconds or 0.0),
         "n_support_vectors": int(m.n_support_vectors or 0), "n_features": m.n_features,
         "classes": list(m.classes or []), "file_sha256": m.file_sha256 or "",
+        "description": m.description or "", "tags": tags or [], "aliases": aliases or [],
         "created_at": as_utc(m.created_at),
         "links": {"self": f"/models/{m.id}", "file": f"/models/{m.id}/file",
                   "job": f"/jobs/{m.job_id}"},

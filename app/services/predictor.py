@@ -29,6 +29,8 @@ _loading: dict[str, asyncio.Future] = {}
 
 class ModelLike(Protocol):
     id: str
+    name: str
+    version: int
     file_path: str
     n_features: int
 
@@ -96,4 +98,5 @@ async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix) -> dict[str, Any]
     sm = await load_async(m)
     F = await evaluations().decision(m.id, sm.decision, X)
     values: Any = F[:, 0] if len(sm.classes) == 2 else F
-    return {"model_id": m.id, "labels": sm.labels(F), "decision_values": values}
+    return {"model_id": m.id, "model_name": m.name, "version": int(m.version),
+            "classes": sm.classes.tolist(), "labels": sm.labels(F), "decision_values": values}

@@ -92,7 +92,8 @@ def test_bad_bodies(client, heart_model):
     _problem(client.post("/predict", json={"model_id": "no-such", "instances": [row]}), 404)
     _problem(client.post("/predict", json={"model": "no-such", "instances": [row]}), 404)
     _problem(client.post("/predict", json={"model": "heart@99", "instances": [row]}), 404)
-    _problem(client.post("/predict", json={"model": "heart@x", "instances": [row]}), 422)
+    _problem(client.post("/predict", json={"model": "heart@x", "instances": [row]}), 404)  # alias
+    _problem(client.post("/predict", json={"model": "heart@-1", "instances": [row]}), 422)
     _problem(client.post("/predict", json={"model": "heart", "model_id": mid,
                                            "instances": [row]}), 422)
     _problem(client.post("/predict", json={"instances": [row]}), 422)

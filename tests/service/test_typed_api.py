@@ -29,6 +29,7 @@ OPERATION_IDS = {
     "livez", "readyz", "metrics", "list_algorithms", "upload_dataset", "list_datasets",
     "get_dataset", "delete_dataset", "train", "list_jobs", "get_job", "cancel_job",
     "job_events", "list_models", "get_model", "delete_model", "model_file", "predict",
+    "update_model", "list_aliases", "set_alias", "delete_alias",
 }
 
 

@@ -5,6 +5,7 @@
 import { api, download } from "../api.js";
 import { marginHistogram, rocCurve } from "../charts.js";
 import { dl, fmtDate, fmtNum, fmtPct, h, link, pageHeader, problemBox, section, shortId, table, toast } from "../ui.js";
+import { registrySection } from "./registry.js";
 
 /**
  * Rows typed or pasted by a person -> the API's ``instances``: a JSON array, dense rows of
@@ -129,6 +130,7 @@ export async function renderModel(main, { id, signal }) {
   const roc = metrics.roc_curve;
   main.append(
     pageHeader(`${m.name} v${m.version}`, dlBtn),
+    h("p.lead#model-lead", { hidden: !m.description }, m.description || ""),
     section(`Held-out metrics${metrics.n_test ? ` (${fmtNum(metrics.n_test)} rows)` : ""}`,
       metrics.held_out === false ? h("p.muted", {}, "Measured on the training data (no held-out set).") : null,
       metricCards(metrics),
@@ -140,6 +142,7 @@ export async function renderModel(main, { id, signal }) {
             ? `ROC AUC ${fmtNum(metrics.roc_auc)}; the API gives no curve points for this model.` : "Not available.")))),
     section("Margin distribution", marginSection(m.margin)),
     section("Predict", predictBox(m)),
+    section("Registry", registrySection(m)),
     section("Details", dl([
       ["Model id", h("code", {}, m.id)],
       ["Algorithm", `${m.algorithm} (${m.backend})`],
