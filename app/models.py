@@ -147,6 +147,8 @@ class Model(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     margin: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     n_features: Mapped[int] = mapped_column(Integer)
+    # the training data's column names (CSV header, Parquet schema); None for LIBSVM
+    feature_names: Mapped[list[str] | None] = mapped_column(JSONType, nullable=True)
     classes: Mapped[list[Any]] = mapped_column(JSONType, default=list)
     n_support_vectors: Mapped[int] = mapped_column(Integer, default=0)
     train_seconds: Mapped[float] = mapped_column(Float, default=0.0)

@@ -52,6 +52,15 @@ def _load(dataset_id: str) -> tuple[Any, np.ndarray]:
     return storage.load_dataset(storage.dataset_dir(dataset_id))
 
 
+def _feature_names(dataset_id: str, n_features: int) -> list[str] | None:
+    """The dataset's column names (CSV header, Parquet schema) when there is one per
+    feature of the model; LIBSVM data has none."""
+    from app.services import storage
+
+    names = storage.read_meta(storage.dataset_dir(dataset_id)).get("feature_names")
+    return [str(n) for n in names] if names and len(names) == n_features else None
+
+
 def _fit_width(X: Any, n_features: int) -> Any:
     """Pad a test matrix with fewer features (LIBSVM files omit trailing zero features)."""
     if X.shape[1] == n_features:
@@ -383,6 +392,7 @@ def _run(c: Claim, hb: Heartbeat) -> str:
         "algorithm": row["algorithm"], "backend": row["backend"],
         "params": jsonable({**params, "random_state": est.get_params().get("random_state")}),
         "metrics": metrics, "margin": margin, "n_features": int(est.n_features_in_),
+        "feature_names": _feature_names(row["dataset_id"], int(est.n_features_in_)),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
     }

@@ -68,9 +68,10 @@ async def predict(request: Request, tenant: Tenant = Depends(current_tenant)) ->
             parsed = _parse(body, ctype, query)
         m = await models_service.resolve_cached(tenant, parsed.model_id, parsed.model)
         if len(body) > PARSE_INLINE_BYTES:
-            X = await run_in_threadpool(instances.to_matrix, parsed.rows, m.n_features, body)
+            X = await run_in_threadpool(instances.to_matrix, parsed.rows, m.n_features, body,
+                                        m.feature_names)
         else:
-            X = instances.to_matrix(parsed.rows, m.n_features, body)
+            X = instances.to_matrix(parsed.rows, m.n_features, body, m.feature_names)
     finally:
         ev.arriving -= 1
     out = await predictor.predict(m, X)

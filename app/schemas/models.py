@@ -39,6 +39,9 @@ class ModelOut(BaseModel):
     train_seconds: float
     n_support_vectors: int
     n_features: int
+    feature_names: list[str] | None = Field(
+        description="the training data's column names (CSV or Parquet); /predict accepts "
+        "instances as objects keyed by them")
     classes: list[Any]
     file_sha256: str
     description: str

@@ -22,9 +22,10 @@ class PredictRequest(BaseModel):
                               '"name@3" (version 3) or "name@champion" (the version an alias '
                               'points at)', examples=["churn@champion"])
     instances: list[Any] = Field(
-        description="dense rows [[x0, x1, ...]] or sparse rows [{\"index\": value}] "
-        "(0-based string keys)"
-    )
+        description="dense rows [[x0, x1, ...]], sparse rows [{\"index\": value}] (0-based "
+        "string keys), or for a model with feature_names rows keyed by those names "
+        "[{\"age\": 63, \"chol\": 233, ...}] (every name once)",
+        examples=[[[0.1, 0.2, 0.3, 0.4]], [{"age": 63.0, "chol": 233.0}]])
 
 
 class PredictResponse(BaseModel):

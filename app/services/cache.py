@@ -87,6 +87,7 @@ class ModelEntry:
     n_features: int
     file_path: str
     file_sha256: str
+    feature_names: tuple[str, ...] | None = None
 
 
 _keys: TTLCache[KeyEntry] | None = None

@@ -3,7 +3,9 @@
 Three encodings:
 
 * ``application/json`` (default): ``{"model_id" | "model", "instances"}``, rows dense lists
-  of numbers or sparse objects ``{"<0-based index>": value}``, parsed with orjson. Dense rows
+  of numbers, sparse objects ``{"<0-based index>": value}``, or, for a model trained on
+  named columns (CSV, Parquet), objects keyed by those names (every name once: a missing or
+  unknown name is a 422 naming it), parsed with orjson. Dense rows
   become one array in a single numpy call; only when that call cannot give a finite numeric
   matrix of the model's width (or the body contains a ``true``/``false`` token) does the
   cell-by-cell check run, to name the offending row and column;
@@ -133,11 +135,13 @@ def _check_rows(n: int) -> None:
                            type="too-many-instances", max_rows=max_rows)
 
 
-def to_matrix(rows: list[Any] | np.ndarray, n_features: int, raw: bytes = b"") -> Matrix:
+def to_matrix(rows: list[Any] | np.ndarray, n_features: int, raw: bytes = b"",
+              feature_names: tuple[str, ...] | None = None) -> Matrix:
     """The rows as float64 (dense ndarray, or CSR when any row is sparse), validated.
 
     ``raw`` is the JSON body the rows came from: a ``true``/``false`` token in it sends the
-    rows to the cell-by-cell check (numpy would read booleans as 0 and 1)."""
+    rows to the cell-by-cell check (numpy would read booleans as 0 and 1).
+    ``feature_names`` (the model's columns) lets object rows be keyed by name."""
     if isinstance(rows, np.ndarray):
         _check_rows(rows.shape[0])
         return _finite_matrix(rows, n_features)
@@ -149,7 +153,45 @@ def to_matrix(rows: list[Any] | np.ndarray, n_features: int, raw: bytes = b"") -
             X = None
         if X is not None and X.ndim == 2 and X.dtype.kind in "fiu":
             return _finite_matrix(X, n_features)
+    if feature_names and _keyed_by_name(rows):
+        return named_matrix(rows, feature_names)
     return parse_cells(rows, n_features)
+
+
+def _is_index(key: Any) -> bool:
+    return isinstance(key, str) and key.isascii() and key.isdigit()
+
+
+def _keyed_by_name(rows: list[Any]) -> bool:
+    """Some object row has a key that is not a 0-based index (digit keys stay indices)."""
+    return any(isinstance(r, dict) and not all(_is_index(k) for k in r) for r in rows)
+
+
+def named_matrix(rows: list[Any], names: tuple[str, ...]) -> np.ndarray:
+    """Rows keyed by the model's feature names (or dense lists) as a dense matrix; a row with
+    a missing or unknown name is a 422 that names them (``missing``, ``unknown``)."""
+    position = {name: j for j, name in enumerate(names)}
+    out = np.empty((len(rows), len(names)), dtype=np.float64)
+    for i, row in enumerate(rows):
+        if isinstance(row, list):
+            out[i] = _dense_row(row, i, len(names))
+            continue
+        if not isinstance(row, dict):
+            raise bad(f"instances[{i}] is neither a list nor an object", f"instances[{i}]")
+        unknown = [k for k in row if k not in position]
+        missing = [n for n in names if n not in row]
+        if unknown or missing:
+            parts = ([f"unknown feature(s) {unknown[:20]}"] if unknown else []) + \
+                    ([f"missing feature(s) {missing[:20]}"] if missing else [])
+            detail = f"instances[{i}]: {'; '.join(parts)}; the model's features are " \
+                     f"{list(names[:50])}"
+            raise ProblemError(422, "Invalid instances", detail=detail,
+                               type="invalid-instances", missing=missing[:100],
+                               unknown=unknown[:100],
+                               errors=[{"field": f"instances[{i}]", "message": detail}])
+        for name, v in row.items():
+            out[i, position[name]] = _number(v, f"instances[{i}][{name!r}]")
+    return out
 
 
 def _finite_matrix(X: np.ndarray, n_features: int) -> np.ndarray:

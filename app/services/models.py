@@ -122,7 +122,8 @@ async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) 
         with get_read_sessionmaker()() as session:
             m = resolve(session, tenant, model_id, ref)
             return ModelEntry(m.id, m.tenant_id, m.name, int(m.version), int(m.n_features),
-                              m.file_path, m.file_sha256 or "")
+                              m.file_path, m.file_sha256 or "",
+                              tuple(m.feature_names) if m.feature_names else None)
 
     entry = await run_in_threadpool(lookup)
     cache.models().put(key, entry)
@@ -143,6 +144,7 @@ def model_out(m: Model, tags: list[str] | None = None,
         "params": m.params or {}, "metrics": m.metrics or {}, "margin": m.margin or {},
         "train_seconds": float(m.train_seconds or 0.0),
         "n_support_vectors": int(m.n_support_vectors or 0), "n_features": m.n_features,
+        "feature_names": m.feature_names,
         "classes": list(m.classes or []), "file_sha256": m.file_sha256 or "",
         "description": m.description or "", "tags": tags or [], "aliases": aliases or [],
         "created_at": as_utc(m.created_at),

@@ -85,6 +85,8 @@ function marginSection(margin) {
 }
 
 function predictBox(model) {
+  const names = model.feature_names || [];
+  const namedExample = names.length ? JSON.stringify(Object.fromEntries(names.slice(0, 4).map((n, i) => [n, i / 10]))) : "";
   const ta = h("textarea#predict-rows", { rows: 5, spellcheck: "false", "aria-describedby": "predict-help",
     placeholder: model.n_features <= 8 ? Array.from({ length: model.n_features }, (_, i) => (i / 10).toFixed(1)).join(", ") : "1:0.5 3:1.2 7:-0.4" });
   const out = h("div#predict-output", { "aria-live": "polite" });
@@ -116,7 +118,8 @@ function predictBox(model) {
   h("label", { for: "predict-rows" }, "Rows to predict"),
   ta,
   h("p#predict-help.muted.small", {}, `One row per line: ${model.n_features} numbers separated by commas or spaces, `,
-    "or LIBSVM pairs index:value (1-based; a leading label is ignored), or a JSON array of rows."),
+    "or LIBSVM pairs index:value (1-based; a leading label is ignored), or a JSON array of rows",
+    names.length ? [", or JSON objects keyed by the feature names (every name once), e.g. ", h("code", {}, namedExample.replace(/}$/, ", …}"))] : "", "."),
   btn, out);
 }
 
@@ -148,7 +151,7 @@ export async function renderModel(main, { id, signal }) {
       ["Algorithm", `${m.algorithm} (${m.backend})`],
       ["Dataset", link(`/datasets/${m.dataset_id}`, shortId(m.dataset_id))],
       ["Job", link(`/jobs/${m.job_id}`, shortId(m.job_id))],
-      ["Features", fmtNum(m.n_features)],
+      ["Features", m.feature_names?.length ? [fmtNum(m.n_features), ": ", h("span#feature-names", {}, m.feature_names.join(", "))] : fmtNum(m.n_features)],
       ["Classes", (m.classes || []).map(String).join(", ")],
       ["Support vectors", fmtNum(m.n_support_vectors)],
       ["Training time", `${fmtNum(m.train_seconds, 3)} s`],
