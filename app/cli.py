@@ -111,11 +111,10 @@ def _cmd_worker_ping(args: argparse.Namespace) -> int:
     """Healthcheck of a worker: a Celery control ping to this host's node answers in time."""
     import socket
 
-    from worker.celery_app import celery_app
+    from app.services import task_client
 
     node = (args.name or "celery@%h").replace("%h", socket.gethostname())
-    replies = celery_app.control.ping(destination=[node], timeout=args.timeout)
-    if any(node in r for r in replies):
+    if task_client.ping(node, args.timeout):
         print(f"{node}: pong")
         return 0
     _err(f"{node}: no reply within {args.timeout}s")

@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int | None = Field(
         default=None, alias="SODM_VISIBILITY_TIMEOUT_SECONDS"
     )
+    # connect and socket timeout of every broker call (a silent Redis never hangs a request)
+    broker_timeout_seconds: float = Field(default=5.0, gt=0, alias="SODM_BROKER_TIMEOUT_SECONDS")
     model_cache_size: int = Field(default=16, alias="SODM_MODEL_CACHE_SIZE")
 
     # server-side maximums of the POST /train parameters that cost memory or time

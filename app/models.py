@@ -26,7 +26,9 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
 class JobState(StrEnum):
-    """The states of a job (a ``str``: compares equal to the stored value)."""
+    """A job's state (a ``str``: compares equal to the stored value). QUEUED -> RUNNING ->
+    SUCCEEDED | FAILED, and a cancel: QUEUED -> CANCELLED, RUNNING -> CANCELLING ->
+    CANCELLED."""
 
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
@@ -35,9 +37,15 @@ class JobState(StrEnum):
     CANCELLING = "CANCELLING"
     CANCELLED = "CANCELLED"
 
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
 
-JOB_STATES = tuple(s.value for s in JobState)
-TERMINAL_STATES = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value)
+
+JOB_STATES = tuple(JobState)
+TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+# states in which a job holds its datasets (a dataset cannot be deleted under it)
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING)
 
 
 def new_id() -> str:
@@ -105,7 +113,7 @@ class Job(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     request: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)  # the full body
     model_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    state: Mapped[str] = mapped_column(String(16), default="QUEUED")
+    state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED)
     progress_fraction: Mapped[float] = mapped_column(Float, default=0.0)
     progress_message: Mapped[str] = mapped_column(Text, default="")
     history: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)

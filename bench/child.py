@@ -178,7 +178,7 @@ def _execute(spec: dict) -> dict:
 
     warnings.simplefilter("ignore")
     if isinstance(spec["data"], dict):  # generated data of the scaling study
-        from bench.scaling import susy_like
+        from bench.susy import susy_like
 
         data = susy_like(int(spec["data"]["n"]), seed=int(spec["data"].get("seed", 0)))
     else:

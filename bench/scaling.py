@@ -20,35 +20,12 @@ import numpy as np
 from bench.child import run_task
 
 N_FEATURES = 18
-N_TEST = 20000
 FIXED = {"sodm-linear": {"lam": 1e3, "theta": 0.2, "upsilon": 0.5},
          "sodm-rbf": {"lam": 1e3, "theta": 0.2, "upsilon": 0.5, "gamma_mult": 1.0},
          "svc": {"C": 1.0, "gamma_mult": 1.0},
          "nystroem-1000": {"C": 1.0, "gamma_mult": 1.0}}
 SIZES = (10**4, 30000, 10**5, 300000, 10**6)
 QUICK_SIZES = (1000, 3000)
-
-
-def _generate(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    z = rng.standard_normal((n, 8))
-    score = z[:, :4].sum(axis=1) / 2 + 0.6 * (z[:, 4] ** 2 - z[:, 5] ** 2) \
-        + 0.5 * z[:, 6] * z[:, 7] + 0.9 * rng.standard_normal(n)
-    y = np.where(score > 0.1, 1.0, -1.0)
-    high = np.column_stack([
-        np.abs(z[:, 0] + z[:, 1]), np.abs(z[:, 2] - z[:, 3]), z[:, 4] ** 2, z[:, 5] ** 2,
-        z[:, 6] * z[:, 7], np.sqrt((z[:, :4] ** 2).sum(axis=1)), np.exp(0.3 * z[:, 0]),
-        np.tanh(z[:, 1] * z[:, 2]), z[:, 3] + 0.5 * z[:, 6], np.abs(z[:, 7]) ** 1.5])
-    return np.hstack([z, high]), y
-
-
-def susy_like(n: int, seed: int = 0) -> dict:
-    """n training rows and a fixed 20,000-row test set, min-max scaled on the training rows."""
-    X, y = _generate(n, np.random.default_rng([seed, n]))
-    X_te, y_te = _generate(N_TEST, np.random.default_rng([seed, 10**9]))
-    lo, span = X.min(axis=0), X.max(axis=0) - X.min(axis=0)
-    span[span == 0] = 1.0
-    return {"X_train": (X - lo) / span, "y_train": y,
-            "X_test": np.clip((X_te - lo) / span, -1.0, 2.0), "y_test": y_te}
 
 
 def _fit(method: str, n: int, cpu_cap: float, wall_factor: float, cores: int,

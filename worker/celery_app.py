@@ -1,6 +1,7 @@
-"""The Celery application: broker from ``Settings.resolved_broker_url`` (Redis in the real
-stack, kombu's SQLAlchemy transport on the embedded defaults), reliability settings for long
-training tasks (service-practice section 5.1) and the reaper thread of every worker.
+"""The worker's Celery application: the broker settings it shares with the service's task
+client (``app.services.task_client.celery_config``: Redis in the real stack, kombu's
+SQLAlchemy transport on the embedded defaults), reliability settings for long training tasks
+(service-practice section 5.1) and the reaper thread of every worker.
 
 Postgres holds the job state; results are ignored. ``acks_late`` + ``reject_on_worker_lost``
 redeliver a job whose pool child died; the claim in ``worker.lease`` and the attempt counter
@@ -16,9 +17,10 @@ from celery.signals import (
     worker_shutdown,
     worker_shutting_down,
 )
-from kombu import Queue
 
 from app.config import get_settings
+from app.services.task_client import celery_config
+from app.services.task_client import transport_options as transport_options_of
 
 
 def _visibility_timeout() -> int:
@@ -43,36 +45,28 @@ def _restore_options(vt: int) -> dict:
 
 def make_celery() -> Celery:
     s = get_settings()
-    broker = s.resolved_broker_url
-    if broker.startswith("sqla+sqlite"):
+    if s.resolved_broker_url.startswith("sqla+sqlite"):
         s.data_dir.mkdir(parents=True, exist_ok=True)
-    app = Celery("sodm", broker=broker, include=["worker.tasks"])
+    app = Celery("sodm", include=["worker.tasks"])
     vt = _visibility_timeout()
-    transport_options: dict = {"visibility_timeout": vt, **_restore_options(vt)}
-    if broker.startswith("sqla+"):
-        # kombu's SQLAlchemy transport hands its options to create_engine(): only engine
-        # arguments here (a busy timeout for the SQLite file shared by API and workers).
-        transport_options = {"connect_args": {"timeout": 30}} if "sqlite" in broker else {}
-    app.conf.update(
+    conf = celery_config(s)
+    transport_options = transport_options_of(s, producer=False)
+    if not s.resolved_broker_url.startswith("sqla+"):
+        transport_options.update(visibility_timeout=vt, **_restore_options(vt))
+    conf.update(
+        broker_transport_options=transport_options,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        task_ignore_result=True,
         task_track_started=False,
-        task_default_queue=s.celery_queue,
-        task_queues=[Queue(s.celery_queue)],
-        task_routes={"worker.tasks.*": {"queue": s.celery_queue}},
-        broker_transport_options=transport_options,
         visibility_timeout=vt,
         task_time_limit=s.job_time_limit_seconds,
         task_soft_time_limit=_soft_time_limit(s.job_time_limit_seconds),
         worker_soft_shutdown_timeout=30,
         worker_cancel_long_running_tasks_on_connection_loss=True,
-        broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        task_serializer="json",
-        accept_content=["json"],
     )
+    app.conf.update(conf)
     return app
 
 

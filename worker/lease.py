@@ -21,12 +21,12 @@ from sqlalchemy import and_, or_, select, update
 
 from app.config import get_settings
 from app.db import session_scope
-from app.models import Job, utcnow
+from app.models import Job, JobState, utcnow
+from app.problems import ProblemError
 
 log = logging.getLogger(__name__)
 
-PROBLEM_BASE = "https://sodm.dev/problems/"
-ACTIVE = ("RUNNING", "CANCELLING")
+ACTIVE = (JobState.RUNNING, JobState.CANCELLING)
 
 
 def worker_id() -> str:
@@ -34,12 +34,46 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass
-class Claim:
+@dataclass(frozen=True)
+class SearchPlan:
+    """A grid search of the request: the grid and the number of CV folds."""
+
+    grid: dict[str, list[Any]]
+    folds: int
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """What a worker needs of a job it claimed; ``(worker, attempt)`` is the ownership that
+    every later write is conditional on."""
+
     job_id: str
     attempt: int
     worker: str
-    row: dict[str, Any]
+    tenant_id: str
+    dataset_id: str
+    test_dataset_id: str | None
+    algorithm: str
+    backend: str
+    params: dict[str, Any]
+    model_name: str
+    seed: int
+    test_fraction: float
+    search: SearchPlan | None
+
+    @classmethod
+    def from_row(cls, row: Any, worker: str) -> ClaimedJob:
+        """From the claim's ``RETURNING`` row (the request body holds seed, split, search)."""
+        req = dict(row["request"] or {})
+        search = req.get("search")
+        return cls(job_id=row["id"], attempt=int(row["attempt"]), worker=worker,
+                   tenant_id=row["tenant_id"], dataset_id=row["dataset_id"],
+                   test_dataset_id=row["test_dataset_id"], algorithm=row["algorithm"],
+                   backend=row["backend"], params=dict(row["params"] or {}),
+                   model_name=row["model_name"], seed=int(req.get("seed") or 0),
+                   test_fraction=float(req.get("test_fraction") or 0.2),
+                   search=SearchPlan(dict(search["grid"]), int(search.get("folds") or 3))
+                   if search else None)
 
 
 def owned(job_id: str, claim_worker: str, attempt: int):
@@ -47,7 +81,7 @@ def owned(job_id: str, claim_worker: str, attempt: int):
     return and_(Job.id == job_id, Job.worker == claim_worker, Job.attempt == attempt)
 
 
-def claim(job_id: str) -> Claim | None:
+def claim(job_id: str) -> ClaimedJob | None:
     """Claim a QUEUED (or lease-expired RUNNING) job; None when someone else has it, it is
     finished or cancelled. A job out of attempts is failed here (poison job)."""
     s = get_settings()
@@ -57,9 +91,9 @@ def claim(job_id: str) -> Claim | None:
         row = session.execute(
             update(Job)
             .where(Job.id == job_id, Job.attempt < Job.max_attempts,
-                   or_(Job.state == "QUEUED",
-                       and_(Job.state == "RUNNING", Job.lease_until < now)))
-            .values(state="RUNNING", attempt=Job.attempt + 1, worker=me,
+                   or_(Job.state == JobState.QUEUED,
+                       and_(Job.state == JobState.RUNNING, Job.lease_until < now)))
+            .values(state=JobState.RUNNING, attempt=Job.attempt + 1, worker=me,
                     lease_until=now + timedelta(seconds=s.job_lease_seconds),
                     started_at=now, error=None, progress_message="starting")
             .returning(Job.id, Job.attempt, Job.tenant_id, Job.dataset_id,
@@ -67,7 +101,7 @@ def claim(job_id: str) -> Claim | None:
                        Job.request, Job.model_name)
         ).mappings().first()
         if row is not None:
-            return Claim(job_id, int(row["attempt"]), me, dict(row))
+            return ClaimedJob.from_row(row, me)
         fail_if_out_of_attempts(session, job_id)
     return None
 
@@ -76,8 +110,8 @@ def fail_if_out_of_attempts(session, job_id: str) -> bool:
     """QUEUED with ``attempt >= max_attempts`` -> FAILED (every attempt died)."""
     res = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.state == "QUEUED", Job.attempt >= Job.max_attempts)
-        .values(state="FAILED", finished_at=utcnow(), lease_until=None,
+        .where(Job.id == job_id, Job.state == JobState.QUEUED, Job.attempt >= Job.max_attempts)
+        .values(state=JobState.FAILED, finished_at=utcnow(), lease_until=None,
                 error=poison_problem(), progress_message="failed")
         .returning(Job.id)).first()
     return res is not None
@@ -87,8 +121,7 @@ def poison_problem(attempts: int | None = None) -> dict[str, Any]:
     detail = "the job's worker died or lost its lease on every attempt"
     if attempts:
         detail += f" ({attempts} attempts)"
-    return {"type": PROBLEM_BASE + "worker-lost", "title": "Worker lost",
-            "status": 500, "detail": detail}
+    return ProblemError(500, "Worker lost", detail, type="worker-lost").body()
 
 
 @dataclass
@@ -106,7 +139,7 @@ class Heartbeat(threading.Thread):
     (the reaper took it after a long stall): the runner then stops without writing.
     """
 
-    def __init__(self, c: Claim) -> None:
+    def __init__(self, c: ClaimedJob) -> None:
         super().__init__(name=f"heartbeat-{c.job_id}", daemon=True)
         self.claim = c
         self.cancelled = threading.Event()
@@ -179,7 +212,7 @@ class Heartbeat(threading.Thread):
                 state = session.scalar(select(Job.state).where(Job.id == c.job_id))
                 log.warning("job %s is no longer ours (state %s); stopping", c.job_id, state)
                 self.lost.set()
-            elif row[0] == "CANCELLING":
+            elif row[0] == JobState.CANCELLING:
                 self.cancelled.set()
 
 
@@ -200,8 +233,8 @@ def hand_back_children() -> list[str]:
             return []
         with session_scope() as session:
             ids = list(session.scalars(
-                update(Job).where(Job.state == "RUNNING", Job.worker.in_(owners))
-                .values(state="QUEUED", worker=None, lease_until=None, enqueued_at=None,
+                update(Job).where(Job.state == JobState.RUNNING, Job.worker.in_(owners))
+                .values(state=JobState.QUEUED, worker=None, lease_until=None, enqueued_at=None,
                         attempt=case((Job.attempt > 0, Job.attempt - 1), else_=0),
                         progress_message="handed back (worker shutting down)")
                 .returning(Job.id)))

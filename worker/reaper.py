@@ -20,7 +20,8 @@ from sqlalchemy import and_, or_, select, update
 
 from app.config import get_settings
 from app.db import session_scope
-from app.models import Job, utcnow
+from app.models import Job, JobState, utcnow
+from app.services import task_client
 from worker.lease import poison_problem
 
 log = logging.getLogger(__name__)
@@ -40,18 +41,20 @@ def reap_once() -> dict[str, list[str]]:
         expired = and_(Job.lease_until.is_not(None), Job.lease_until < now)
         lost: list[tuple[str, str]] = []  # (job id, Spark Connect session) to interrupt
         out["cancelled"] = _ids(lost, session.execute(
-            update(Job).where(Job.state == "CANCELLING", expired)
-            .values(state="CANCELLED", finished_at=now, lease_until=None,
+            update(Job).where(Job.state == JobState.CANCELLING, expired)
+            .values(state=JobState.CANCELLED, finished_at=now, lease_until=None,
                     progress_message="cancelled (worker lost)")
             .returning(Job.id, Job.spark_session_id)))
         out["failed"] = _ids(lost, session.execute(
-            update(Job).where(Job.state == "RUNNING", expired, Job.attempt >= Job.max_attempts)
-            .values(state="FAILED", finished_at=now, lease_until=None, error=poison_problem(),
-                    progress_message="failed (worker lost)")
+            update(Job).where(Job.state == JobState.RUNNING, expired,
+                              Job.attempt >= Job.max_attempts)
+            .values(state=JobState.FAILED, finished_at=now, lease_until=None,
+                    error=poison_problem(), progress_message="failed (worker lost)")
             .returning(Job.id, Job.spark_session_id)))
         out["requeued"] = _ids(lost, session.execute(
-            update(Job).where(Job.state == "RUNNING", expired, Job.attempt < Job.max_attempts)
-            .values(state="QUEUED", lease_until=None, worker=None, enqueued_at=now,
+            update(Job).where(Job.state == JobState.RUNNING, expired,
+                              Job.attempt < Job.max_attempts)
+            .values(state=JobState.QUEUED, lease_until=None, worker=None, enqueued_at=now,
                     progress_message="requeued after the worker was lost")
             .returning(Job.id, Job.spark_session_id)))
         out["resent"] = _resend_due(session, now, float(s.requeue_after_seconds))
@@ -75,7 +78,7 @@ def _resend_due(session, now: datetime, period: float) -> list[str]:
     stale = now - timedelta(seconds=period)
     rows = session.execute(
         select(Job.id, Job.created_at, Job.enqueued_at).where(
-            Job.state == "QUEUED",
+            Job.state == JobState.QUEUED,
             or_(Job.enqueued_at < stale,
                 and_(Job.enqueued_at.is_(None), Job.created_at < stale)))).all()
     due = []
@@ -86,7 +89,7 @@ def _resend_due(session, now: datetime, period: float) -> list[str]:
             if (now - _aware(enqueued_at)).total_seconds() < wait:
                 continue
         hit = session.execute(
-            update(Job).where(Job.id == job_id, Job.state == "QUEUED",
+            update(Job).where(Job.id == job_id, Job.state == JobState.QUEUED,
                               Job.enqueued_at.is_not_distinct_from(enqueued_at))
             .values(enqueued_at=now).returning(Job.id)).first()
         if hit is not None:  # another worker's reaper did not take it first
@@ -119,13 +122,10 @@ def _interrupt_spark(job_id: str, session_id: str) -> None:
 
 
 def _send(job_id: str) -> None:
-    from worker.celery_app import celery_app
-
     try:
-        celery_app.send_task("worker.tasks.train_job", args=[job_id], task_id=job_id,
-                             queue=get_settings().celery_queue)
-    except Exception:  # noqa: BLE001 - the next pass re-sends (enqueued_at ages again)
-        log.exception("re-enqueue of %s failed", job_id)
+        task_client.send_train(job_id)
+    except Exception as exc:  # noqa: BLE001 - the next pass re-sends (enqueued_at ages again)
+        log.warning("re-enqueue of %s failed (%s)", job_id, type(exc).__name__)
 
 
 def _loop() -> None:

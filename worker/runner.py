@@ -23,12 +23,13 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from app.config import get_settings
 from app.db import session_scope
-from app.models import Dataset, Job, Model, utcnow
+from app.models import Dataset, Job, JobState, Model, utcnow
+from app.problems import ProblemError
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
 from worker.evaluation import evaluate, n_support_vectors
-from worker.lease import PROBLEM_BASE, Claim, Heartbeat, owned
+from worker.lease import ClaimedJob, Heartbeat, owned
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def _write_model_file(est: Any, model_id: str) -> tuple[str, str]:
     return rel.as_posix(), digest
 
 
-def _commit_success(c: Claim, model_fields: dict[str, Any], history: list[dict]) -> str:
+def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[dict]) -> str:
     """One transaction: insert the model version (once per job) and set SUCCEEDED."""
 
     def tx() -> str:
@@ -138,11 +139,11 @@ def _commit_success(c: Claim, model_fields: dict[str, Any], history: list[dict])
             if job is None:
                 raise JobLost(c.job_id)
             now = utcnow()
-            if job.state == "CANCELLING":
-                job.state, job.finished_at, job.lease_until = "CANCELLED", now, None
+            if job.state == JobState.CANCELLING:
+                job.state, job.finished_at, job.lease_until = JobState.CANCELLED, now, None
                 job.progress_message = "cancelled"
-                return "CANCELLED"
-            if job.state != "RUNNING":
+                return JobState.CANCELLED
+            if job.state != JobState.RUNNING:
                 raise JobLost(c.job_id)
             existing = s.scalars(select(Model).where(Model.job_id == c.job_id)).first()
             if existing is None:
@@ -151,11 +152,11 @@ def _commit_success(c: Claim, model_fields: dict[str, Any], history: list[dict])
                 s.add(Model(tenant_id=job.tenant_id, job_id=job.id, version=(top or 0) + 1,
                             **model_fields))
                 s.flush()
-            job.state, job.finished_at, job.lease_until = "SUCCEEDED", now, None
+            job.state, job.finished_at, job.lease_until = JobState.SUCCEEDED, now, None
             job.model_id = model_fields["id"]
             job.progress_fraction, job.progress_message = 1.0, "succeeded"
             job.history = history
-            return "SUCCEEDED"
+            return JobState.SUCCEEDED
 
     delay = 0.2
     for attempt in range(COMMIT_RETRIES):
@@ -169,9 +170,9 @@ def _commit_success(c: Claim, model_fields: dict[str, Any], history: list[dict])
     raise RuntimeError("unreachable")
 
 
-def finish(c: Claim, state: str, *, error: dict | None = None,
-           history: list[dict] | None = None, from_states: tuple[str, ...] = ("RUNNING",
-                                                                            "CANCELLING")) -> bool:
+def finish(c: ClaimedJob, state: JobState, *, error: dict | None = None,
+           history: list[dict] | None = None,
+           from_states: tuple[JobState, ...] = (JobState.RUNNING, JobState.CANCELLING)) -> bool:
     """Conditional terminal write by the owner; False when the job is no longer ours."""
     values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "lease_until": None,
                               "error": error, "progress_message": state.lower()}
@@ -188,8 +189,7 @@ def finish(c: Claim, state: str, *, error: dict | None = None,
 
 
 def problem(kind: str, title: str, detail: str, status: int = 422) -> dict[str, Any]:
-    return {"type": PROBLEM_BASE + kind, "title": title, "status": status,
-            "detail": detail[:4000]}
+    return ProblemError(status, title, detail[:4000], type=kind).body()
 
 
 # -------------------------------------------------------------------------------- run
@@ -200,7 +200,7 @@ def _check(hb: Heartbeat) -> None:
         raise FitCancelled("cancel requested")
 
 
-def _fit_on_spark(row: dict[str, Any], c: Claim, progress, hb: Heartbeat) -> Any:
+def _fit_on_spark(c: ClaimedJob, progress, hb: Heartbeat) -> Any:
     """Backend "spark" (``worker.spark_backend``, owned by the Spark part): trains on the
     whole stored training dataset. A previous attempt's Spark work is interrupted first."""
     from app.services import storage
@@ -219,31 +219,29 @@ def _fit_on_spark(row: dict[str, Any], c: Claim, progress, hb: Heartbeat) -> Any
             s.execute(update(Job).where(owned(c.job_id, c.worker, c.attempt))
                       .values(spark_session_id=sid))
 
-    seed = int((row.get("request") or {}).get("seed", 0))
-    params = {k: v for k, v in (row.get("params") or {}).items() if k != "random_state"}
+    params = {k: v for k, v in c.params.items() if k != "random_state"}
     return spark_backend.train_on_spark(
-        storage.dataset_dir(row["dataset_id"]), params, seed, progress, hb.should_stop,
+        storage.dataset_dir(c.dataset_id), params, c.seed, progress, hb.should_stop,
         c.job_id, attempt=c.attempt, on_session=on_session)
 
 
-def _spark_eval_rows(row: dict[str, Any], req: dict[str, Any], seed: int
-                     ) -> tuple[Any, np.ndarray, np.ndarray | None]:
+def _spark_eval_rows(c: ClaimedJob) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """Evaluation rows of a Spark job: the test dataset, or else a bounded hash sample of the
     training data (``spark_backend.evaluation_sample``; not held out: Spark trains on all
     rows). The third item is not None when the rows come from the training data."""
     from app.services import storage
     from worker import spark_backend
 
-    n_features = int(storage.read_meta(storage.dataset_dir(row["dataset_id"]))["n_features"])
-    if row.get("test_dataset_id"):
-        X_test, y_test = _load(row["test_dataset_id"])
+    n_features = int(storage.read_meta(storage.dataset_dir(c.dataset_id))["n_features"])
+    if c.test_dataset_id:
+        X_test, y_test = _load(c.test_dataset_id)
         return _fit_width(X_test, n_features), y_test, None
-    X_s, y_s = spark_backend.evaluation_sample(storage.dataset_dir(row["dataset_id"]),
-                                               float(req.get("test_fraction") or 0.2), seed)
+    X_s, y_s = spark_backend.evaluation_sample(storage.dataset_dir(c.dataset_id),
+                                               c.test_fraction, c.seed)
     return X_s, y_s, np.zeros(0, dtype=np.int64)
 
 
-def _fit(est: Any, row: dict[str, Any], X: Any, y: np.ndarray, c: Claim, hb: Heartbeat,
+def _fit(est: Any, X: Any, y: np.ndarray, c: ClaimedJob, hb: Heartbeat,
          lo: float, hi: float, X_val: Any, y_val: Any) -> Any:
     """Fit locally or hand over to the Spark backend; progress mapped into [lo, hi]."""
 
@@ -251,13 +249,13 @@ def _fit(est: Any, row: dict[str, Any], X: Any, y: np.ndarray, c: Claim, hb: Hea
         hb.report(lo + (hi - lo) * float(fraction), message,
                   jsonable(record) if record else None)
 
-    if row["backend"] == "spark":
-        return _fit_on_spark(row, c, progress, hb)
+    if c.backend == "spark":
+        return _fit_on_spark(c, progress, hb)
     return est.fit(X, y, X_val=X_val, y_val=y_val, progress=progress,
                    should_stop=hb.should_stop)
 
 
-def run_claimed(c: Claim) -> str:
+def run_claimed(c: ClaimedJob) -> str:
     """Run a claimed job to a terminal state; returns that state ("LOST" if reaped)."""
     hb = Heartbeat(c)
     hb.start()
@@ -269,14 +267,14 @@ def run_claimed(c: Claim) -> str:
     except FitCancelled as exc:
         if hb.lost.is_set():
             return "LOST"
-        ok = finish(c, "CANCELLED", history=jsonable(exc.history) or hb.history(),
-                    from_states=("CANCELLING",))
+        ok = finish(c, JobState.CANCELLED, history=jsonable(exc.history) or hb.history(),
+                    from_states=(JobState.CANCELLING,))
         if not ok:  # stopped although nobody asked (cannot happen) - record a failure
-            finish(c, "FAILED", error=problem("training-failed", "Training stopped",
-                                              "the solver stopped without a cancel request",
-                                              500))
-            return "FAILED"
-        return "CANCELLED"
+            finish(c, JobState.FAILED, error=problem(
+                "training-failed", "Training stopped",
+                "the solver stopped without a cancel request", 500))
+            return JobState.FAILED
+        return JobState.CANCELLED
     except OperationalError:
         # the database stayed unreachable through every retry: the job is not at fault;
         # leave it RUNNING so the lease reaper re-queues it once the database is back
@@ -298,8 +296,8 @@ def run_claimed(c: Claim) -> str:
             log.exception("job %s failed", c.job_id)
             err = problem("training-failed", "Training failed",
                           f"{type(exc).__name__}: {exc}", 500)
-        finish(c, "FAILED", error=err, history=hb.history())
-        return "FAILED"
+        finish(c, JobState.FAILED, error=err, history=hb.history())
+        return JobState.FAILED
     finally:
         hb.stop()
 
@@ -320,8 +318,8 @@ class DatasetGone(Exception):
     """A dataset of the job was deleted after the job was queued."""
 
 
-def _require_datasets(row: dict[str, Any]) -> None:
-    ids = [i for i in (row["dataset_id"], row.get("test_dataset_id")) if i]
+def _require_datasets(c: ClaimedJob) -> None:
+    ids = [i for i in (c.dataset_id, c.test_dataset_id) if i]
     with session_scope() as s:
         live = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(ids),
                                                       Dataset.deleted_at.is_(None))))
@@ -330,55 +328,51 @@ def _require_datasets(row: dict[str, Any]) -> None:
             raise DatasetGone(f"dataset {i} was deleted before the job ran")
 
 
-def _run(c: Claim, hb: Heartbeat) -> str:
-    row = c.row
-    req = row.get("request") or {}
-    seed = int(req.get("seed", 0))
-    params = dict(row.get("params") or {})
-    est = build_estimator(row["algorithm"], params, seed)
+def _run(c: ClaimedJob, hb: Heartbeat) -> str:
+    seed = c.seed
+    params = dict(c.params)
+    est = build_estimator(c.algorithm, params, seed)
 
     hb.report(0.01, "loading data")
-    _require_datasets(row)
+    _require_datasets(c)
     train_idx: np.ndarray | None = None
-    if row["backend"] == "spark":
+    if c.backend == "spark":
         # Spark reads the training data by path; this process loads only evaluation rows
         X_train = y_train = None
-        X_test, y_test, train_idx = _spark_eval_rows(row, req, seed)
-    elif row.get("test_dataset_id"):
-        X, y = _load(row["dataset_id"])
-        X_test, y_test = _load(row["test_dataset_id"])
+        X_test, y_test, train_idx = _spark_eval_rows(c)
+    elif c.test_dataset_id:
+        X, y = _load(c.dataset_id)
+        X_test, y_test = _load(c.test_dataset_id)
         X_test = _fit_width(X_test, X.shape[1])
         X_train, y_train = X, y
     else:
-        X, y = _load(row["dataset_id"])
-        fraction = req.get("test_fraction") or 0.2
-        train_idx, test_idx = split(X, y, float(fraction), seed)
+        X, y = _load(c.dataset_id)
+        train_idx, test_idx = split(X, y, c.test_fraction, seed)
         X_train, y_train, X_test, y_test = X[train_idx], y[train_idx], X[test_idx], y[test_idx]
     _check(hb)
 
     search_result = None
     lo = 0.05
-    search = req.get("search")
-    if search:
+    if c.search is not None:
         from worker.search import grid_search
 
         hb.report(lo, "grid search")
         search_result = grid_search(
-            est, X_train, y_train, search["grid"], int(search.get("folds", 3)), seed,
+            est, X_train, y_train, c.search.grid, c.search.folds, seed,
             progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
         est.set_params(**search_result["best_params"])
         params.update(search_result["best_params"])
         lo = 0.5
     hb.report(lo, "training")
     t0 = time.perf_counter()
-    est = _fit(est, row, X_train, y_train, c, hb, lo, 0.9, None, None)
+    est = _fit(est, X_train, y_train, c, hb, lo, 0.9, None, None)
     train_seconds = time.perf_counter() - t0
     _check(hb)
 
     hb.report(0.92, "evaluating")
     metrics, margin = evaluate(est, X_test, y_test)
     # Spark trains on the whole stored dataset, so a test_fraction sample is not held out.
-    metrics["held_out"] = not (row["backend"] == "spark" and train_idx is not None)
+    metrics["held_out"] = not (c.backend == "spark" and train_idx is not None)
     if search_result is not None:
         metrics["search"] = jsonable(search_result)
     _check(hb)
@@ -388,8 +382,8 @@ def _run(c: Claim, hb: Heartbeat) -> str:
     rel, digest = _write_model_file(est, model_id)
     history = jsonable(getattr(est, "history_", None) or hb.history())
     fields = {
-        "id": model_id, "dataset_id": row["dataset_id"], "name": row["model_name"],
-        "algorithm": row["algorithm"], "backend": row["backend"],
+        "id": model_id, "dataset_id": c.dataset_id, "name": c.model_name,
+        "algorithm": c.algorithm, "backend": c.backend,
         "params": jsonable({**params, "random_state": est.get_params().get("random_state")}),
         "metrics": metrics, "margin": margin, "n_features": int(est.n_features_in_),
         "feature_names": _feature_names(row["dataset_id"], int(est.n_features_in_)),
@@ -397,9 +391,9 @@ def _run(c: Claim, hb: Heartbeat) -> str:
         "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
     }
     state = _commit_success(c, fields, history)
-    if state == "SUCCEEDED":  # "name" now means this version in every API process
+    if state == JobState.SUCCEEDED:  # "name" now means this version in every API process
         from app.services import invalidation
 
-        invalidation.publish("model", model_id=model_id, tenant_id=row.get("tenant_id"),
-                             name=row["model_name"])
+        invalidation.publish("model", model_id=model_id, tenant_id=c.tenant_id,
+                             name=c.model_name)
     return state

@@ -46,7 +46,7 @@ def cancel_job(job_id: IdPath, response: Response, tenant: Tenant = Depends(curr
     """200 with CANCELLED for a queued job, 202 with CANCELLING for a running one (the
     worker stops the fit, then CANCELLED), 409 problem for a finished job."""
     job = jobs_service.cancel_job(session, tenant, job_id)
-    response.status_code = 200 if job.state == "CANCELLED" else 202
+    response.status_code = 200 if job.state == JobState.CANCELLED else 202
     return jobs_service.job_out(job)
 
 

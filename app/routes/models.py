@@ -28,7 +28,7 @@ from app.schemas.models import (
     Tag,
 )
 from app.services import models as models_service
-from app.services import registry
+from app.services import registry, storage
 
 router = APIRouter(tags=["models"])
 
@@ -77,10 +77,10 @@ def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> FileResponse:
     """The portable model file (``solver.model_io.load_model`` reads it)."""
     m = models_service.get_model(session, tenant, model_id)
-    path = models_service.file_of(m)
+    path = storage.file_of(m)
     if not path.is_file():
         raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
-                           type=models_service.PROBLEM_BASE + "not-found")
+                           type="not-found")
     return FileResponse(path, media_type="application/octet-stream",
                         filename=f"{m.name}-v{m.version}.sodm")
 

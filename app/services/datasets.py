@@ -17,15 +17,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.models import Dataset, Job, Tenant, new_id, utcnow
+from app.models import ACTIVE_STATES, Dataset, Job, Tenant, new_id, utcnow
 from app.problems import ProblemError
 from app.services import ingest, storage
 from app.services.cursors import as_utc, page, split_page
 
 log = logging.getLogger(__name__)
-
-ACTIVE_STATES = ("QUEUED", "RUNNING", "CANCELLING")
-
 
 def default_name(filename: str | None) -> str:
     """A display name from the client's file name (metadata only, never a path)."""

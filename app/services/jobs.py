@@ -21,17 +21,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.models import TERMINAL_STATES, Dataset, Job, Tenant, utcnow
+from app.db import session_scope
+from app.models import Dataset, Job, JobState, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.jobs import TrainRequestBase
+from app.services import task_client
 from app.services.algorithms import ParamError, build_estimator
 from app.services.cursors import as_utc, page, split_page
 from solver.sodm import default_p
 
 log = logging.getLogger(__name__)
 
-PROBLEM_BASE = "https://sodm.dev/problems/"
-TRAIN_TASK = "worker.tasks.train_job"
 
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -81,30 +81,30 @@ def validate_request(body: TrainRequestBase) -> None:
     except ParamError as exc:
         if exc.limit is not None:
             raise ProblemError(422, "Parameter above this server's limit", detail=str(exc),
-                               type=PROBLEM_BASE + "limit-exceeded",
+                               type="limit-exceeded",
                                errors=[exc.error()]) from exc
         raise ProblemError(422, "Invalid training parameters", detail=str(exc),
-                           type=PROBLEM_BASE + "invalid-params", errors=[exc.error()]) from exc
+                           type="invalid-params", errors=[exc.error()]) from exc
     if body.test_dataset_id is not None and body.test_fraction is not None:
         raise ProblemError(422, "Invalid training request",
                            detail="give test_dataset_id or test_fraction, not both",
-                           type=PROBLEM_BASE + "invalid-request",
+                           type="invalid-request",
                            errors=[{"field": "test_fraction", "message": "conflicts with "
                                     "test_dataset_id"}])
     if body.backend == "spark" and body.search is not None:
         raise ProblemError(422, "Invalid training request",
                            detail="grid search runs on the local backend only",
-                           type=PROBLEM_BASE + "invalid-request",
+                           type="invalid-request",
                            errors=[{"field": "search", "message": "not with backend spark"}])
     if body.backend == "spark" and not (settings.spark_remote or settings.spark_master):
         raise ProblemError(422, "Spark backend not configured",
                            detail="set SODM_SPARK_REMOTE or SODM_SPARK_MASTER to train on Spark",
-                           type=PROBLEM_BASE + "backend-unavailable",
+                           type="backend-unavailable",
                            errors=[{"field": "backend", "message": "spark is not configured"}])
     if body.backend == "spark" and body.algorithm != "sodm":
         raise ProblemError(422, "Invalid training request",
                            detail="the Spark backend trains algorithm sodm only",
-                           type=PROBLEM_BASE + "invalid-request",
+                           type="invalid-request",
                            errors=[{"field": "algorithm", "value": body.algorithm,
                                     "message": "not with backend spark"}])
 
@@ -120,7 +120,7 @@ def _dataset(session: Session, tenant: Tenant, dataset_id: str, field: str) -> D
     ds = session.get(Dataset, dataset_id)
     if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
         raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
-                           type=PROBLEM_BASE + "not-found", field=field)
+                           type="not-found", field=field)
     return ds
 
 
@@ -130,7 +130,7 @@ def _existing(session: Session, tenant: Tenant, key: str, digest: str) -> Job | 
     if job is not None and job.request_hash != digest:
         raise ProblemError(422, "Idempotency-Key reused with a different body",
                            detail="this Idempotency-Key was used for another request body",
-                           type=PROBLEM_BASE + "idempotency-key-reused")
+                           type="idempotency-key-reused")
     return job
 
 
@@ -145,7 +145,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
     key = idempotency_key.strip().strip('"') if idempotency_key else None
     if key is not None and not (0 < len(key) <= 255):
         raise ProblemError(400, "Invalid Idempotency-Key", detail="1 to 255 characters",
-                           type=PROBLEM_BASE + "invalid-idempotency-key")
+                           type="invalid-idempotency-key")
     if key is not None:
         job = _existing(session, tenant, key, digest)
         if job is not None:
@@ -156,7 +156,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
         if test.n_features > ds.n_features:
             raise ProblemError(422, "Incompatible test dataset",
                                detail=f"test dataset has {test.n_features} features, training "
-                               f"dataset {ds.n_features}", type=PROBLEM_BASE + "invalid-request",
+                               f"dataset {ds.n_features}", type="invalid-request",
                                errors=[{"field": "test_dataset_id", "message": "too many "
                                         "features"}])
     params = body.param_values()
@@ -165,7 +165,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
     job = Job(
         tenant_id=tenant.id, dataset_id=ds.id, test_dataset_id=body.test_dataset_id,
         algorithm=body.algorithm, backend=body.backend, params=params, request=body.stored(),
-        model_name=body.name or default_model_name(ds.name, body.algorithm), state="QUEUED",
+        model_name=body.name or default_model_name(ds.name, body.algorithm), state=JobState.QUEUED,
         progress_fraction=0.0, progress_message="queued", history=[], attempt=0,
         max_attempts=settings.job_max_attempts, idempotency_key=key, request_hash=digest,
     )
@@ -215,7 +215,7 @@ def check_partitions(params: dict[str, Any], n_train: int) -> None:
             msg = (f"{partitions} partitions for {n_train} training rows; every partition "
                    "needs at least one row")
             raise ProblemError(422, "Invalid training parameters", detail=msg,
-                               type=PROBLEM_BASE + "invalid-params",
+                               type="invalid-params",
                                errors=[{"field": f"params.{name}", "message": msg}])
 
 
@@ -228,20 +228,15 @@ def default_model_name(dataset_name: str, algorithm: str) -> str:
 
 def enqueue(job_id: str) -> bool:
     """Send the Celery doorbell; a failure is logged and left to the reconciler."""
-    from worker.celery_app import celery_app
-
-    settings = get_settings()
     try:
-        celery_app.send_task(TRAIN_TASK, args=[job_id], task_id=job_id,
-                             queue=settings.celery_queue)
-    except Exception:  # noqa: BLE001 - the reconciler re-sends QUEUED jobs
-        log.exception("enqueue of job %s failed; the reconciler will retry", job_id)
+        task_client.send_train(job_id)
+    except Exception as exc:  # noqa: BLE001 - the reconciler re-sends QUEUED jobs
+        log.warning("enqueue of job %s failed (%s); the reconciler will retry", job_id,
+                    type(exc).__name__)
         return False
-    from app.db import session_scope
-
     try:
         with session_scope() as s:
-            s.execute(update(Job).where(Job.id == job_id, Job.state == "QUEUED")
+            s.execute(update(Job).where(Job.id == job_id, Job.state == JobState.QUEUED)
                       .values(enqueued_at=utcnow()))
     except Exception:  # noqa: BLE001 - only delays a duplicate re-send
         log.warning("could not record enqueued_at of job %s", job_id)
@@ -253,7 +248,7 @@ def get_job(session: Session, tenant: Tenant, job_id: str) -> Job:
     job = session.get(Job, job_id)
     if job is None or job.tenant_id != tenant.id:
         raise ProblemError(404, "Job not found", detail=f"no job {job_id!r}",
-                           type=PROBLEM_BASE + "not-found")
+                           type="not-found")
     return job
 
 
@@ -272,8 +267,8 @@ def cancel_job(session: Session, tenant: Tenant, job_id: str) -> Job:
     job = get_job(session, tenant, job_id)
     now = utcnow()
     res = session.execute(
-        update(Job).where(Job.id == job_id, Job.state == "QUEUED")
-        .values(state="CANCELLED", finished_at=now, progress_message="cancelled")
+        update(Job).where(Job.id == job_id, Job.state == JobState.QUEUED)
+        .values(state=JobState.CANCELLED, finished_at=now, progress_message="cancelled")
         .returning(Job.id))
     if res.first() is not None:
         session.commit()
@@ -281,22 +276,20 @@ def cancel_job(session: Session, tenant: Tenant, job_id: str) -> Job:
         session.refresh(job)
         return job
     res = session.execute(
-        update(Job).where(Job.id == job_id, Job.state == "RUNNING")
-        .values(state="CANCELLING", progress_message="cancelling").returning(Job.id))
+        update(Job).where(Job.id == job_id, Job.state == JobState.RUNNING)
+        .values(state=JobState.CANCELLING, progress_message="cancelling").returning(Job.id))
     session.commit()
     session.refresh(job)
-    if job.state == "CANCELLING":
+    if job.state == JobState.CANCELLING:
         return job
     raise ProblemError(409, "Job already finished", detail=f"job is {job.state}",
-                       type=PROBLEM_BASE + "job-finished", state=job.state)
+                       type="job-finished", state=job.state)
 
 
 def _revoke(job_id: str) -> None:
     """Best effort: the claim would refuse a CANCELLED job anyway."""
     try:
-        from worker.celery_app import celery_app
-
-        celery_app.control.revoke(job_id)
+        task_client.revoke(job_id)
     except Exception:  # noqa: BLE001 - e.g. a broker transport without broadcast
         log.info("revoke of %s not delivered (the claim refuses it anyway)", job_id)
 
@@ -331,4 +324,4 @@ def job_out(job: Job) -> dict[str, Any]:
 
 
 def is_terminal(state: str) -> bool:
-    return state in TERMINAL_STATES
+    return JobState(state).terminal

@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import get_settings
 from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.models import ALIAS_PATTERN
 from app.services import cache, registry
 from app.services.cache import ModelEntry
 from app.services.cursors import as_utc, page, split_page
+from app.services.storage import file_of
 
 log = logging.getLogger(__name__)
 
-PROBLEM_BASE = "https://sodm.dev/problems/"
 
 
 def _not_found(what: str) -> ProblemError:
     return ProblemError(404, "Model not found", detail=f"no model {what}",
-                        type=PROBLEM_BASE + "not-found")
+                        type="not-found")
 
 
 def get_model(session: Session, tenant: Tenant, model_id: str) -> Model:
@@ -41,7 +39,7 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
     if (model_id is None) == (ref is None):
         raise ProblemError(422, "Invalid model reference",
                            detail="give exactly one of model_id and model",
-                           type=PROBLEM_BASE + "invalid-request",
+                           type="invalid-request",
                            errors=[{"field": "model_id", "message": "model_id xor model"}])
     if model_id is not None:
         return get_model(session, tenant, model_id)
@@ -52,7 +50,7 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
         if not re.fullmatch(ALIAS_PATTERN, version):
             raise ProblemError(422, "Invalid model reference",
                                detail=f"{version!r} is neither a version number nor an alias",
-                               type=PROBLEM_BASE + "invalid-request",
+                               type="invalid-request",
                                errors=[{"field": "model",
                                         "message": "name, name@<version> or name@<alias>"}])
         m = registry.alias_target(session, tenant, name, version)
@@ -83,11 +81,6 @@ def list_models(session: Session, tenant: Tenant, cursor: str | None, limit: int
     for tag in tags or ():
         stmt = stmt.where(Model.id.in_(select(ModelTag.model_id).where(ModelTag.tag == tag)))
     return split_page(list(session.scalars(page(stmt, Model, cursor, limit))), limit)
-
-
-def file_of(m: Model | ModelEntry) -> Path:
-    """The model file on disk (``file_path`` is relative to ``SODM_DATA_DIR``)."""
-    return (get_settings().data_dir / m.file_path).resolve()
 
 
 def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:

@@ -20,7 +20,7 @@ from app.config import get_settings
 from app.problems import ProblemError
 from app.services.batcher import evaluations
 from app.services.evaluator import ServingModel
-from app.services.models import file_of
+from app.services.storage import file_of
 
 _lock = threading.Lock()
 _cache: OrderedDict[str, ServingModel] = OrderedDict()

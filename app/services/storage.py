@@ -56,6 +56,11 @@ def model_path(model_id: str) -> Path:
     return data_root() / "models" / f"{_safe_id(model_id)}.sodm"
 
 
+def file_of(m: Any) -> Path:
+    """The model file of a ``Model`` row (its ``file_path`` is relative to the data dir)."""
+    return (data_root() / m.file_path).resolve()
+
+
 def tmp_root() -> Path:
     path = data_root() / "tmp"
     path.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,3 @@ from solver.baselines.svrg import odm_svrg
 
 __all__ = ["ca_odm", "dip_odm", "dc_odm", "odm_svrg"]
 
-
-def __getattr__(name: str):
-    """``ESTIMATORS``: algorithm name -> estimator class (lazy: solver.baseline_estimators)."""
-    if name == "ESTIMATORS":
-        from solver.baseline_estimators import ESTIMATORS
-
-        return ESTIMATORS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

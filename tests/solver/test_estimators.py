@@ -414,7 +414,7 @@ def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
 # ------------------------------------------------------------------------ baseline estimators
 @pytest.mark.parametrize("algorithm", ["cascade", "dip", "dc", "svrg"])
 def test_baseline_estimators_train_on_heart_scale(heart, algorithm):
-    from solver.baselines import ESTIMATORS
+    from solver.baseline_estimators import ESTIMATORS
 
     Xtr, Xte, ytr, yte = heart
     cls = ESTIMATORS[algorithm]
