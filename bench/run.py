@@ -52,7 +52,6 @@ import importlib.util
 import json
 import os
 import platform
-import queue
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,7 @@ import numpy as np
 
 from bench.child import run_task
 from bench.data import load_split
+from bench.lanes import in_lanes
 from bench.methods import (
     CACHE_MB,
     FAMILY_REFERENCE,
@@ -263,34 +263,6 @@ def two_core_phase(name: str, args, work: Path, results: dict, save) -> None:
         ds["hierarchy"] = hierarchy_rows(name, work / f"{name}.npz",
                                          ds["tuning"].get("odm-rbf", {}), args)
         save()
-
-
-def in_lanes(jobs: list, lanes: list[int], work_fn) -> None:
-    """Run ``work_fn(job, cpu)`` for every job, one thread per lane (CPU), jobs in order."""
-    todo: queue.Queue = queue.Queue()
-    for job in jobs:
-        todo.put(job)
-    errors: list[BaseException] = []
-
-    def lane(cpu: int) -> None:
-        while True:
-            try:
-                job = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                work_fn(job, cpu)
-            except BaseException as exc:  # re-raised in the main thread
-                errors.append(exc)
-                return
-
-    threads = [threading.Thread(target=lane, args=(cpu,)) for cpu in lanes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 def hierarchy_rows(name: str, data: Path, tuned: dict, args) -> dict:

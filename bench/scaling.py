@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bench.child import run_task
+from bench.lanes import in_lanes
 
 N_FEATURES = 18
 FIXED = {"sodm-linear": {"lam": 1e3, "theta": 0.2, "upsilon": 0.5},
@@ -57,8 +58,6 @@ def run_scaling(*, quick: bool = False, max_rows: int | None = None, cpu_cap: fl
                 results: dict | None = None) -> dict:
     """Run the study (one-core sweeps in ``lanes``, one method per lane at a time, then the
     two-core sweep); returns the JSON-ready record (also stored progressively)."""
-    from bench.run import in_lanes
-
     top = max_rows or (3000 if quick else 10**6)
     sizes = [n for n in (QUICK_SIZES if quick else SIZES) if n <= top]
     out: dict = {"timeout_s": cpu_cap, "cpu_cap_s": cpu_cap, "sizes": sizes, "params": FIXED,

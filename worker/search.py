@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.model_selection import KFold, StratifiedKFold
 
-from app.services.algorithms import grid_points
+from app.services.jobs import grid_points
 from solver.exceptions import FitCancelled
 
 
