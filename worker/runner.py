@@ -386,7 +386,7 @@ def _run(c: ClaimedJob, hb: Heartbeat) -> str:
         "algorithm": c.algorithm, "backend": c.backend,
         "params": jsonable({**params, "random_state": est.get_params().get("random_state")}),
         "metrics": metrics, "margin": margin, "n_features": int(est.n_features_in_),
-        "feature_names": _feature_names(row["dataset_id"], int(est.n_features_in_)),
+        "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
     }
