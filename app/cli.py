@@ -121,7 +121,8 @@ def _cmd_worker_ping(args: argparse.Namespace) -> int:
     return 1
 
 
-def spark_connect_command(host: str, port: int, master: str) -> tuple[list[str], dict[str, str]]:
+def spark_connect_command(host: str, port: int, master: str, conf: Sequence[str] = ()
+                          ) -> tuple[list[str], dict[str, str]]:
     """The pyspark wheel's Spark Connect server in the foreground (``spark-submit`` execs the
     JVM, so signals reach it), with this Python (and so ``solver``) for its Python workers."""
     import importlib.util
@@ -131,19 +132,23 @@ def spark_connect_command(host: str, port: int, master: str) -> tuple[list[str],
     if spec is None or spec.origin is None:
         raise SystemExit("sodm spark-connect needs the spark extra: pip install 'sodm[spark]'")
     home = Path(spec.origin).resolve().parent
-    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable)
+    # the server's Python workers run $PYSPARK_PYTHON: the operator's, else this interpreter
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=python,
+               PYSPARK_DRIVER_PYTHON=os.environ.get("PYSPARK_DRIVER_PYTHON") or python)
     cmd = [str(home / "bin" / "spark-submit"),
            "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
            "--name", "Spark Connect server", "--master", master,
            "--conf", f"spark.connect.grpc.binding.address={host}",
            "--conf", f"spark.connect.grpc.binding.port={port}",
            "--conf", "spark.ui.enabled=false"]
+    for kv in conf:  # later --conf values win
+        cmd += ["--conf", kv]
     return cmd, env
 
 
 def _cmd_spark_connect(args: argparse.Namespace) -> int:
-    cmd, env = spark_connect_command(args.host, args.port, args.master)
+    cmd, env = spark_connect_command(args.host, args.port, args.master, args.conf)
     os.execve(cmd[0], cmd, env)
     return 0  # pragma: no cover - exec does not return
 
@@ -275,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=15002)
     sp.add_argument("--master", default="local[*]")
+    sp.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Spark configuration (repeatable)")
     sp.set_defaults(func=_cmd_spark_connect)
     sp = sub.add_parser("spark-connect-ping", help="healthcheck: the Spark Connect port answers")
     sp.add_argument("--host", default="127.0.0.1")

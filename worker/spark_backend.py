@@ -101,6 +101,12 @@ def stop_classic_session() -> None:
             active.stop()
 
 
+def python_for_spark() -> str:
+    """The interpreter Spark's Python workers run: the operator's ``PYSPARK_PYTHON``, else this
+    worker's own (which has the solver installed), never whatever ``python3`` is on PATH."""
+    return os.environ.get("PYSPARK_PYTHON") or sys.executable
+
+
 def _classic_session(master: str):
     """The process-wide classic session for ``master`` (created on first use)."""
     from pyspark.sql import SparkSession
@@ -109,13 +115,15 @@ def _classic_session(master: str):
         active = SparkSession.getActiveSession()
         if active is not None and active.sparkContext.master != master:
             active.stop()
+        # pyspark gives its Python workers $PYSPARK_PYTHON, read when the context starts
+        # (default "python3" from PATH); the spark.pyspark.python conf does not reach them
+        os.environ["PYSPARK_PYTHON"] = python_for_spark()
         builder = (
             SparkSession.builder.master(master)
             .appName("sodm-worker")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
         )
         if os.environ.get("PYTHONPATH"):
             builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])

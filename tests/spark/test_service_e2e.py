@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,8 +139,7 @@ def test_classic_master_worker_trains_and_leaves_no_jvm(sclient, start_worker, h
     """``SODM_SPARK_MASTER`` (classic): the driver JVM lives in the worker's pool child; the
     job succeeds and stopping the worker leaves no JVM behind. Runs before the Connect
     worker exists, so this worker is the only consumer of the queue."""
-    w = start_worker(SODM_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1",
-                     PYSPARK_PYTHON=sys.executable)
+    w = start_worker(SODM_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1")
     job = submit(sclient, {"dataset_id": heart["id"], "backend": "spark",
                            "params": SPARK_PARAMS, "seed": SEED, "name": "heart-classic"})
     done = wait_job(sclient, job["id"], timeout=600)
