@@ -23,7 +23,7 @@ COPY solver ./solver
 COPY migrations ./migrations
 RUN pip install --no-deps . \
     && useradd --create-home --uid 10001 sodm \
-    && mkdir -p /data && chown sodm /data
+    && mkdir -p /data /metrics && chown sodm /data /metrics
 
 USER sodm
 EXPOSE 8000

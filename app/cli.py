@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 
 from app.config import get_settings
@@ -211,50 +209,44 @@ def _cmd_list_keys(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    """Quick start: data dir, migrated database, a fresh key, API + one worker as children."""
+    """Quick start: data dir, migrated database, a fresh key, then the API and one worker
+    under ``app.supervise`` (a dead one is restarted), sharing a Prometheus directory so
+    the API's /metrics includes the worker's samples."""
+    import shutil
+
+    from app.logs import configure
+    from app.supervise import Child, Supervisor
+
     s = get_settings()
     s.data_dir.mkdir(parents=True, exist_ok=True)
     migrate()
+    configure(s.log_format, s.log_level)  # after alembic, which sets up logging its own way
     key = create_key("default", "quick start")
+    key_file = s.data_dir / "api-key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    metrics_dir = s.data_dir / "metrics"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir.resolve())}
     host, port = args.host or s.host, args.port or s.port
-    # own process groups: a terminal Ctrl-C reaches only this process, which forwards it
-    # once (a second SIGINT would make uvicorn and celery skip their graceful shutdown)
-    api = subprocess.Popen(api_command(host, port), start_new_session=True)
-    worker = subprocess.Popen(worker_command(), start_new_session=True)
-    children = [api, worker]
-    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    print(f"Dashboard/API: http://{shown_host}:{port}", flush=True)
+    shown = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    sup = Supervisor([Child("API", api_command(host, port), env),
+                      Child("worker", worker_command(), env)])
+    signal.signal(signal.SIGINT, sup.forward)
+    signal.signal(signal.SIGTERM, sup.forward)
+    print(f"Dashboard/API: {shown}", flush=True)
     print(f"API key: {key}", flush=True)
-    print("(Ctrl-C stops the API and the worker)", flush=True)
-
-    stopping = {"signal": None}
-
-    def forward(signum: int, _frame: object) -> None:
-        stopping["signal"] = signum
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
-    code = 0
-    while True:
-        if all(c.poll() is not None for c in children):
-            break
-        dead = [c for c in children if c.poll() is not None]
-        if dead and stopping["signal"] is None:
-            _err(f"a child process exited (code {dead[0].returncode}); stopping the others")
-            code = dead[0].returncode or 1
-            forward(signal.SIGTERM, None)
-        time.sleep(0.2)
-    deadline = time.monotonic() + 40
-    for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-    return code
+    print(f"""
+  dashboard  {shown}/dashboard  (sign in with the key)
+  API docs   {shown}/docs
+  key file   {key_file}
+Next: upload the example dataset and train on it (README, "Use it"):
+  KEY=$(cat {key_file})
+  curl -s -H "Authorization: Bearer $KEY" -F file=@examples/heart_scale -F format=libsvm \\
+       {shown}/datasets
+Ctrl-C stops the API and the worker.""", flush=True)
+    return sup.run()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     job_time_limit_seconds: int = Field(default=6 * 3600, alias="SODM_JOB_TIME_LIMIT_SECONDS")
     reaper_interval_seconds: float = Field(default=15.0, alias="SODM_REAPER_INTERVAL_SECONDS")
     requeue_after_seconds: float = Field(default=60.0, alias="SODM_REQUEUE_AFTER_SECONDS")
+    # worker liveness: each worker's main process writes a heartbeat this often; a worker
+    # unseen for three periods counts as dead (/readyz, /workers, the dashboard header)
+    worker_heartbeat_seconds: float = Field(default=10.0, gt=0,
+                                            alias="SODM_WORKER_HEARTBEAT_SECONDS")
 
     # celery: queue name (unique per test session) and broker visibility timeout
     # (None: twice the job time limit, so a long job is never redelivered while it runs)
@@ -106,6 +110,11 @@ class Settings(BaseSettings):
     keep_alive_seconds: int = Field(default=75, ge=1, alias="SODM_KEEP_ALIVE_SECONDS")
     host: str = Field(default="127.0.0.1", alias="SODM_HOST")
     port: int = Field(default=8000, alias="SODM_PORT")
+
+    # logs: readable lines (text) or one JSON object per line (json), both with the request
+    # and job ids bound to the record (app.logs)
+    log_format: Literal["text", "json"] = Field(default="text", alias="SODM_LOG_FORMAT")
+    log_level: str = Field(default="INFO", alias="SODM_LOG_LEVEL")
 
     @field_validator("cors_origins", mode="before")
     @classmethod

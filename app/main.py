@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +19,7 @@ from app.auth import current_tenant, metrics_token
 from app.body_limit import BodyLimitMiddleware
 from app.config import get_settings
 from app.db import releasing
+from app.logs import RequestIdMiddleware, configure
 from app.observability import MetricsMiddleware, register_collectors
 from app.problems import install_problem_handlers
 from app.ratelimit import RateLimitHeadersMiddleware
@@ -82,8 +82,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 def create_app() -> FastAPI:
     """Build the service application."""
     settings = get_settings()
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(settings.log_format, settings.log_level)
     # operationId = the route function's name (stable: generated clients' method names)
     app = FastAPI(title="sodm", version="0.1.0", description=DESCRIPTION, docs_url=None,
                   redoc_url=None, generate_unique_id_function=lambda route: route.name,
@@ -103,12 +102,14 @@ def create_app() -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+                           allow_headers=["Authorization", "Content-Type", "Idempotency-Key",
+                                          "X-Request-ID"],
                            expose_headers=["Location", "Retry-After", "RateLimit",
-                                           "RateLimit-Policy"])
+                                           "RateLimit-Policy", "X-Request-ID"])
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_predict_body_bytes)
     app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(MetricsMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries X-Request-ID
     register_collectors()
     return app
 

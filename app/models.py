@@ -126,6 +126,8 @@ class Job(Base):
     spark_session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # X-Request-ID of the POST /train that created the job: the worker logs it (app.logs)
+    request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     model_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -189,3 +191,21 @@ class ModelAlias(Base):
                                           index=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
                                                  onupdate=utcnow)
+
+
+class Worker(Base):
+    """A worker process's heartbeat (``worker.liveness``): live while ``last_seen`` is recent.
+
+    ``id`` is ``host:pid`` of the worker's main process; its row is deleted at a clean
+    shutdown and goes stale when the process dies.
+    """
+
+    __tablename__ = "workers"
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    queue: Mapped[str] = mapped_column(String(200))
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
+                                                index=True)

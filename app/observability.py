@@ -1,9 +1,10 @@
 """Prometheus metrics and the request-metrics ASGI middleware.
 
 Request counters and latency histograms are labelled by the route *template* (``/jobs/{job_id}``,
-never the concrete path, so ids do not blow up cardinality). Job counts by state and the
-broker queue depth are computed when ``/metrics`` is scraped. Under several API processes
-(``sodm serve --workers N`` sets ``PROMETHEUS_MULTIPROC_DIR``) every process writes its
+never the concrete path, so ids do not blow up cardinality). Job counts by state, the broker
+queue depth, the job leases held and the live workers are computed when ``/metrics`` is
+scraped. With ``PROMETHEUS_MULTIPROC_DIR`` set (``sodm serve --workers N``, ``sodm run``, the
+compose file) every process (API processes, workers and their pool children) writes its
 samples to that directory and a scrape adds them up (``scrape_registry``).
 """
 
@@ -68,13 +69,16 @@ class MetricsMiddleware:
 
 
 class JobsCollector(Collector):
-    """``sodm_jobs`` by state and ``sodm_queue_depth``, computed at scrape time."""
+    """``sodm_jobs`` by state, ``sodm_queue_depth``, ``sodm_job_leases`` and
+    ``sodm_workers_live``, computed at scrape time."""
 
     def describe(self) -> Iterable[Any]:
         """Static description, so registering does not query the database."""
         yield GaugeMetricFamily("sodm_jobs", "Jobs by state (all tenants)", labels=["state"])
         yield GaugeMetricFamily("sodm_queue_depth", "Messages waiting in the broker queue",
                                 labels=["queue"])
+        yield GaugeMetricFamily("sodm_job_leases", "Job leases held by workers now")
+        yield GaugeMetricFamily("sodm_workers_live", "Workers whose heartbeat is recent")
 
     def collect(self) -> Iterable[Any]:
         from app.models import JOB_STATES
@@ -92,6 +96,30 @@ class JobsCollector(Collector):
 
             q.add_metric([get_settings().celery_queue], float(depth))
             yield q
+        leases, live = worker_counts()
+        if leases is not None:
+            yield GaugeMetricFamily("sodm_job_leases", "Job leases held by workers now",
+                                    value=float(leases))
+            yield GaugeMetricFamily("sodm_workers_live", "Workers whose heartbeat is recent",
+                                    value=float(live))
+
+
+def worker_counts() -> tuple[int | None, int]:
+    """(unexpired job leases, live workers); (None, 0) when the database is down."""
+    try:
+        from sqlalchemy import func, select
+
+        from app.db import get_sessionmaker
+        from app.models import Job, utcnow
+        from app.services.workers import live_workers
+
+        with get_sessionmaker()() as s:
+            leases = s.scalar(select(func.count()).select_from(Job).where(
+                Job.state.in_(("RUNNING", "CANCELLING")), Job.lease_until > utcnow()))
+            return int(leases or 0), len(live_workers(s))
+    except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the DB is down
+        log.warning("worker counts unavailable: %s", type(exc).__name__)
+        return None, 0
 
 
 def job_counts() -> dict[str, int]:

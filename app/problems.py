@@ -120,9 +120,13 @@ async def _http_handler(request: Request, exc: StarletteHTTPException) -> JSONRe
 
 async def _unhandled_handler(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
+    # Starlette answers this outside the middleware stack: the request id is added here
+    rid = getattr(request.state, "request_id", None)
     return problem_response(ProblemError(500, "Internal server error",
                                          detail="an unexpected error occurred; it was logged",
-                                         type="internal-error"), request.url.path)
+                                         type="internal-error",
+                                         headers={"X-Request-ID": rid} if rid else None),
+                            request.url.path)
 
 
 def install_problem_handlers(app: FastAPI, union_tags: tuple[str, ...] = ()) -> None:

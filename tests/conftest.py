@@ -36,7 +36,8 @@ BY_DIRECTORY = {"spark": ("spark",), "browser": ("browser",), "stack": ("reliabi
 BY_FIXTURE = {
     "spark": ("spark_local_master", "spark_standalone", "spark_connect_server"),
     "browser": ("browser", "page_guard"),
-    "stack": ("api_server", "start_api", "client", "worker", "start_worker"),
+    "stack": ("api_server", "start_api", "start_api_module", "client", "worker",
+              "start_worker", "start_worker_module"),
 }
 # modules that start service processes themselves, and the long ones of each directory
 BY_MODULE = {

@@ -152,3 +152,18 @@ def test_make_ci_and_docker_install_from_the_hashed_locks() -> None:
     assert "pip install --require-hashes -r requirements/spark.txt" in docker
     assert "pip install --no-deps ." in docker
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")
+
+
+def test_the_example_dataset_is_the_public_heart_scale() -> None:
+    """examples/heart_scale (the README's data) is the shared copy, with its licence."""
+    import hashlib
+    import lzma
+
+    data = (ROOT / "examples" / "heart_scale").read_bytes()
+    shared = ROOT.parent / "shared" / "datasets" / "heart_scale.xz"
+    assert data == lzma.decompress(shared.read_bytes())
+    digest = hashlib.sha256(data).hexdigest()
+    notes = (ROOT / "examples" / "README.md").read_text()
+    assert digest in notes and "CC BY 4.0" in notes
+    assert "Redistribution and use" in (ROOT / "examples" / "LICENSE-libsvm").read_text()
+    assert "examples/heart_scale" in (ROOT / "README.md").read_text()

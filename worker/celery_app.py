@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from celery import Celery
 from celery.signals import (
+    setup_logging,
     worker_process_init,
     worker_ready,
     worker_shutdown,
@@ -73,6 +74,15 @@ def make_celery() -> Celery:
 celery_app = make_celery()
 
 
+@setup_logging.connect
+def _logging(**_: object) -> None:
+    """The service's log format (``app.logs``) instead of Celery's own setup."""
+    from app.logs import configure
+
+    s = get_settings()
+    configure(s.log_format, s.log_level)
+
+
 @worker_process_init.connect
 def _fresh_db_pool(**_: object) -> None:
     """A forked pool child must not share the parent's pooled database connections."""
@@ -82,19 +92,23 @@ def _fresh_db_pool(**_: object) -> None:
 
 
 @worker_ready.connect
-def _start_reaper(**_: object) -> None:
+def _start_reaper(sender: object = None, **_: object) -> None:
     """Every worker runs the reaper/reconciler in its main process (conditional updates make
-    concurrent reapers harmless)."""
+    concurrent reapers harmless) and writes its heartbeat (``worker.liveness``)."""
+    from worker import liveness
     from worker.reaper import start_reaper_thread
 
     start_reaper_thread()
+    liveness.start(int(getattr(getattr(sender, "controller", None), "concurrency", 0) or 1))
 
 
 @worker_shutdown.connect
 def _stop_reaper(**_: object) -> None:
+    from worker import liveness
     from worker.reaper import stop_reaper_thread
 
     stop_reaper_thread()
+    liveness.stop()
 
 
 @worker_shutting_down.connect

@@ -9,6 +9,7 @@ lease was reaped can never overwrite the next attempt.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -151,6 +152,7 @@ class Heartbeat(threading.Thread):
         s = get_settings()
         self.interval = max(0.05, float(s.job_heartbeat_seconds))
         self.lease = timedelta(seconds=s.job_lease_seconds)
+        self._context = contextvars.copy_context()  # the job's log context (app.logs)
 
     # ----------------------------------------------------------- called by the runner
     def should_stop(self) -> bool:
@@ -177,6 +179,9 @@ class Heartbeat(threading.Thread):
 
     # ------------------------------------------------------------------- the thread
     def run(self) -> None:
+        self._context.run(self._loop)
+
+    def _loop(self) -> None:
         while not self._stop_event.is_set():
             try:
                 self.beat()

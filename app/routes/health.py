@@ -1,4 +1,5 @@
-"""Routes: ``/livez`` (process up), ``/readyz`` (database and broker reachable), ``/metrics``.
+"""Routes: ``/livez`` (process up), ``/readyz`` (database and broker reachable; live workers
+reported), ``/workers`` (worker liveness and jobs waiting), ``/metrics``.
 
 ``/livez`` and ``/readyz`` need no key (orchestrators probe them). ``/metrics`` takes its own
 scrape token, ``SODM_METRICS_TOKEN`` (``authorization: {credentials: <token>}`` in
@@ -17,13 +18,16 @@ from collections.abc import Callable
 from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
-from app.auth import metrics_token
+from app.auth import current_tenant, metrics_token
 from app.config import get_settings
-from app.db import get_engine
+from app.db import get_engine, get_read_sessionmaker, get_session
+from app.models import Tenant
 from app.observability import scrape_registry
 from app.problems import ProblemError
 from app.schemas.common import problem_responses
+from app.services import workers as workers_service
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger("sodm.health")
@@ -80,22 +84,43 @@ def livez() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def live_worker_count() -> int | None:
+    """Workers with a recent heartbeat; None when that cannot be read."""
+    try:
+        with get_read_sessionmaker()() as s:
+            return len(workers_service.live_workers(s))
+    except Exception as exc:  # noqa: BLE001 - the database check reports the outage
+        log.warning("worker liveness unavailable: %s", type(exc).__name__)
+        return None
+
+
 @router.get("/readyz", responses={503: {"description": "a dependency is down (problem+json)"}})
 def readyz() -> dict:
-    """200 when the database answers ``SELECT 1`` and the broker answers a ping, else 503."""
+    """200 when the database answers ``SELECT 1`` and the broker answers a ping, else 503.
+
+    ``workers`` reports the live workers (heartbeats); none live does not make the API
+    unready (it still accepts jobs, which wait), so it is reported, not checked."""
     checks = run_checks()
     down = sorted(name for name, outcome in checks.items() if outcome != "ok")
     if down:
         raise ProblemError(503, "Service not ready", detail=f"unreachable: {', '.join(down)}",
                            type="not-ready", checks=checks, down=down,
                            headers={"Retry-After": "5"})
-    return {"status": "ok", "checks": checks}
+    return {"status": "ok", "checks": checks, "workers": {"live": live_worker_count()}}
+
+
+@router.get("/workers", responses=problem_responses(401, 429))
+def workers(_tenant: Tenant = Depends(current_tenant),
+            session: Session = Depends(get_session)) -> dict:
+    """Live workers (recent heartbeats) and the jobs waiting and running, all tenants."""
+    return workers_service.status(session).as_dict()
 
 
 @router.get("/metrics", response_class=Response, dependencies=[Depends(metrics_token)],
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
                        **problem_responses(401, 404)})
 def metrics() -> Response:
-    """Prometheus exposition: request counts and latencies (all API worker processes), jobs
-    by state, queue depth."""
+    """Prometheus exposition: request counts and latencies (all API processes), the workers'
+    job metrics (with a shared ``PROMETHEUS_MULTIPROC_DIR``), jobs by state, queue depth,
+    leases and live workers."""
     return Response(generate_latest(scrape_registry()), media_type=CONTENT_TYPE_LATEST)

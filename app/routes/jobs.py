@@ -18,6 +18,7 @@ from app.models import Job, JobState, Tenant
 from app.schemas.common import IdPath
 from app.schemas.jobs import JobList, JobOut
 from app.services import jobs as jobs_service
+from app.services.workers import annotate_waiting
 
 router = APIRouter(tags=["jobs"])
 
@@ -31,13 +32,15 @@ def list_jobs(state: JobState | None = None,
               tenant: Tenant = Depends(current_tenant),
               session: Session = Depends(get_session)) -> dict:
     rows, next_cursor = jobs_service.list_jobs(session, tenant, state, cursor, limit)
-    return {"items": [jobs_service.job_out(j) for j in rows], "next_cursor": next_cursor}
+    items = annotate_waiting(session, [jobs_service.job_out(j) for j in rows])
+    return {"items": items, "next_cursor": next_cursor}
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
 def get_job(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
             session: Session = Depends(get_session)) -> dict:
-    return jobs_service.job_out(jobs_service.get_job(session, tenant, job_id))
+    job = jobs_service.job_out(jobs_service.get_job(session, tenant, job_id))
+    return annotate_waiting(session, [job])[0]
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)

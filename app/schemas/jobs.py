@@ -137,6 +137,11 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    request_id: str | None = Field(
+        default=None, description="X-Request-ID of the POST /train that created the job; the "
+        "API's and the worker's log lines of the job carry it")
+    waiting: str | None = Field(
+        default=None, description="why a QUEUED job is not running yet (no live worker)")
     links: dict[str, str]
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.config import get_settings
 from app.db import session_scope
+from app.logs import current_request_id
 from app.models import Dataset, Job, JobState, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.jobs import TrainRequestBase
@@ -168,6 +169,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
         model_name=body.name or default_model_name(ds.name, body.algorithm), state=JobState.QUEUED,
         progress_fraction=0.0, progress_message="queued", history=[], attempt=0,
         max_attempts=settings.job_max_attempts, idempotency_key=key, request_hash=digest,
+        request_id=current_request_id(),
     )
     session.add(job)
     try:
@@ -275,9 +277,10 @@ def cancel_job(session: Session, tenant: Tenant, job_id: str) -> Job:
         _revoke(job_id)
         session.refresh(job)
         return job
-    res = session.execute(
+    # no RETURNING here: an unread cursor would block the commit on SQLite
+    session.execute(
         update(Job).where(Job.id == job_id, Job.state == JobState.RUNNING)
-        .values(state=JobState.CANCELLING, progress_message="cancelling").returning(Job.id))
+        .values(state=JobState.CANCELLING, progress_message="cancelling"))
     session.commit()
     session.refresh(job)
     if job.state == JobState.CANCELLING:
@@ -318,6 +321,7 @@ def job_out(job: Job) -> dict[str, Any]:
         "started_at": as_utc(job.started_at),
         "finished_at": as_utc(job.finished_at),
         "updated_at": as_utc(job.updated_at),
+        "request_id": job.request_id,
         "links": {"self": base, "cancel": f"{base}/cancel", "events": f"{base}/events",
                   **({"model": f"/models/{job.model_id}"} if job.model_id else {})},
     }

@@ -1,6 +1,7 @@
 """The same train/predict flow on the embedded defaults: ``sodm run`` with neither
 DATABASE_URL nor CELERY_BROKER_URL (a SQLite file and kombu's SQLAlchemy transport under
-SODM_DATA_DIR), its own uvicorn and celery worker processes."""
+SODM_DATA_DIR), its own uvicorn and celery worker processes; a worker killed mid-job is
+restarted by ``sodm run`` while the API stays up, and the job finishes on its next attempt."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,19 +22,35 @@ import pytest
 
 from solver import SODMClassifier
 from tests.fixtures.stack import REPO_ROOT, free_port
-from tests.service.jobs_helpers import load_libsvm, submit, upload, wait_job
+from tests.service.jobs_helpers import SECONDS_ODM, load_libsvm, submit, upload, wait_job
 
 PARAMS = {"kernel": "rbf", "lam": 10000.0}
 SEED = 5
 
 
+@dataclass
+class Embedded:
+    client: httpx.Client
+    proc: subprocess.Popen
+    log_path: Path  # sodm run's stderr: its own log lines and its children's
+
+    def worker_main(self) -> psutil.Process:
+        """The celery worker's main process (a direct child of sodm run)."""
+        for p in psutil.Process(self.proc.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if "celery" in " ".join(p.cmdline()):
+                    return p
+        raise AssertionError("sodm run has no celery worker child")
+
+
 @pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[httpx.Client]:
-    """``sodm run`` on a fresh data directory; yields a client with the printed key."""
+def embedded(tmp_path: Path) -> Iterator[Embedded]:
+    """``sodm run`` on a fresh data directory; yields its client (with the printed key)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(SODM_DATA_DIR=str(tmp_path / "data"), SODM_CELERY_QUEUE="sodm-embedded",
-               SODM_JOB_HEARTBEAT_SECONDS="0.5")
+               SODM_JOB_HEARTBEAT_SECONDS="0.5", SODM_JOB_LEASE_SECONDS="6",
+               SODM_REAPER_INTERVAL_SECONDS="1", SODM_WORKER_HEARTBEAT_SECONDS="1")
     port = free_port()
     log = open(tmp_path / "run.log", "w+b")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--port", str(port)],
@@ -62,7 +80,7 @@ def embedded(tmp_path: Path) -> Iterator[httpx.Client]:
         while b" ready." not in (tmp_path / "run.log").read_bytes():  # the celery worker
             assert time.monotonic() < deadline, "the embedded worker did not start"
             time.sleep(0.3)
-        yield client
+        yield Embedded(client, proc, tmp_path / "run.log")
         client.close()
     finally:
         family = family or psutil.Process(proc.pid).children(recursive=True)
@@ -78,7 +96,7 @@ def embedded(tmp_path: Path) -> Iterator[httpx.Client]:
 
 
 def test_embedded_defaults_train_and_predict(embedded, datasets_dir):
-    client = embedded
+    client = embedded.client
     ready = client.get("/readyz")  # the SQLite database and the SQLAlchemy broker
     assert ready.status_code == 200, ready.text
     train = upload(client, datasets_dir, "svmguide1")
@@ -100,3 +118,32 @@ def test_embedded_defaults_train_and_predict(embedded, datasets_dir):
     assert acc == float(np.mean(lib.predict(Xt) == yt)) and acc > 0.9
     model = client.get(f"/models/{done['model_id']}").json()
     assert model["metrics"]["accuracy"] == pytest.approx(acc, abs=1e-12)
+
+
+def test_a_killed_worker_is_restarted_and_the_api_stays_up(embedded, datasets_dir):
+    client = embedded.client
+    train = upload(client, datasets_dir, "svmguide1")
+    job = submit(client, {"dataset_id": train["id"], "algorithm": "odm",
+                          "params": SECONDS_ODM})
+    wait_job(client, job["id"], {"RUNNING"}, timeout=120)
+    first = embedded.worker_main()
+    first.kill()  # SIGKILL of the worker's main process, mid-job (its pool child runs it)
+    deadline = time.monotonic() + 120
+    while b"worker killed by SIGKILL" not in embedded.log_path.read_bytes():
+        assert time.monotonic() < deadline, embedded.log_path.read_text()[-3000:]
+        time.sleep(0.2)
+    assert client.get("/livez").status_code == 200  # the API never went down
+    while True:  # a new worker process, its heartbeat live
+        with contextlib.suppress(AssertionError):
+            if embedded.worker_main().pid != first.pid and client.get("/workers").json()[
+                    "live"] == 1:
+                break
+        assert time.monotonic() < deadline, "no new live worker"
+        time.sleep(0.2)
+    # the new worker's reaper re-queues the job once its lease expires; attempt 2 takes it
+    again = wait_job(client, job["id"], {"RUNNING", "SUCCEEDED"}, timeout=120,
+                     pred=lambda j: j["attempt"] == 2)
+    if again["state"] == "RUNNING":  # no need to wait for the fit itself
+        assert client.post(f"/jobs/{job['id']}/cancel").status_code in (200, 202)
+        wait_job(client, job["id"], timeout=120)
+    assert embedded.proc.poll() is None

@@ -21,7 +21,8 @@ from app.models import Base
 from migrations import alembic_config
 from tests.fixtures.stack import REPO_ROOT, create_database
 
-TABLES = {"tenants", "api_keys", "datasets", "jobs", "models", "model_tags", "model_aliases"}
+TABLES = {"tenants", "api_keys", "datasets", "jobs", "models", "model_tags", "model_aliases",
+          "workers"}
 
 
 @pytest.fixture

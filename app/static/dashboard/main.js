@@ -11,6 +11,7 @@ import { renderModels } from "./pages/models.js";
 import { renderSignIn } from "./pages/signin.js";
 import { renderTrain } from "./pages/train.js";
 import { h, toast } from "./ui.js";
+import { watchWorkers } from "./workers.js";
 
 const ROUTES = [
   [/^\/?$/, "jobs", renderJobs],
@@ -38,6 +39,7 @@ export function navigate(path, { replace = false } = {}) {
   const url = `${BASE}/dashboard${path}`;
   if (replace) history.replaceState(null, "", url); else history.pushState(null, "", url);
   route();
+watchWorkers(document.getElementById("workers"), () => Boolean(getKey()));
 }
 
 async function route() {
@@ -45,6 +47,7 @@ async function route() {
   current = new AbortController();
   const { signal } = current;
   const signedIn = Boolean(getKey());
+  document.dispatchEvent(new Event("sodm:route"));
   document.getElementById("nav").hidden = !signedIn;
   document.getElementById("signout").hidden = !signedIn;
   main.replaceChildren();
@@ -103,6 +106,8 @@ setUnauthorizedHandler(() => {
   clearKey();
   toast("Your API key was refused; please sign in again.");
   route();
+watchWorkers(document.getElementById("workers"), () => Boolean(getKey()));
 });
 
 route();
+watchWorkers(document.getElementById("workers"), () => Boolean(getKey()));

@@ -1,0 +1,69 @@
+"""Worker liveness as the API sees it: the heartbeat rows ``worker.liveness`` writes, and the
+number of jobs waiting. A worker is live while its last heartbeat is younger than three
+heartbeat periods."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.models import Job, Worker, utcnow
+from app.services.cursors import as_utc
+
+STALE_PERIODS = 3
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    live: list[Worker]
+    queued_jobs: int
+    running_jobs: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"live": len(self.live), "queued_jobs": self.queued_jobs,
+                "running_jobs": self.running_jobs,
+                "workers": [{"id": w.id, "hostname": w.hostname, "pid": w.pid,
+                             "queue": w.queue, "concurrency": w.concurrency,
+                             "started_at": as_utc(w.started_at),
+                             "last_seen": as_utc(w.last_seen)} for w in self.live]}
+
+
+def live_since() -> datetime:
+    """Heartbeats at or after this instant count as live."""
+    period = float(get_settings().worker_heartbeat_seconds)
+    return utcnow() - timedelta(seconds=STALE_PERIODS * period)
+
+
+def live_workers(session: Session) -> list[Worker]:
+    """Live workers consuming this service's queue, newest first."""
+    return list(session.scalars(
+        select(Worker).where(Worker.last_seen >= live_since(),
+                             Worker.queue == get_settings().celery_queue)
+        .order_by(Worker.started_at.desc())))
+
+
+def status(session: Session) -> WorkerStatus:
+    """Live workers and the jobs waiting / running (all tenants: an operator's view)."""
+    counts = dict(session.execute(
+        select(Job.state, func.count()).where(Job.state.in_(("QUEUED", "RUNNING",
+                                                             "CANCELLING")))
+        .group_by(Job.state)).all())
+    return WorkerStatus(live_workers(session), int(counts.get("QUEUED", 0)),
+                        int(counts.get("RUNNING", 0)) + int(counts.get("CANCELLING", 0)))
+
+
+NO_WORKER = "no live worker: the job runs when a worker starts (sodm worker)"
+
+
+def annotate_waiting(session: Session, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set ``waiting`` on the QUEUED jobs of an API answer when no worker is live."""
+    queued = [j for j in jobs if j["state"] == "QUEUED"]
+    if queued and not live_workers(session):
+        for j in queued:
+            j["waiting"] = NO_WORKER
+    return jobs

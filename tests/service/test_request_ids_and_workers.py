@@ -1,0 +1,81 @@
+"""Request ids, worker liveness and the waiting notice, through the in-process API on the
+real Postgres: every answer carries ``X-Request-ID`` (the caller's when acceptable), the job
+keeps it, ``/workers`` and ``/readyz`` count the workers whose heartbeat is recent, and a
+QUEUED job says when no live worker will take it."""
+
+from __future__ import annotations
+
+import io
+import lzma
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete
+
+from app.config import get_settings
+from app.db import session_scope
+from app.models import Job, Worker, utcnow
+from app.services.workers import NO_WORKER
+from tests.fixtures.stack import reset_app_caches
+
+
+def test_every_answer_carries_a_request_id(api, api_as) -> None:
+    mine = api.get("/datasets", headers={"X-Request-ID": "trace-42.a:b"})
+    assert mine.status_code == 200 and mine.headers["x-request-id"] == "trace-42.a:b"
+    fresh = {api.get("/datasets").headers["x-request-id"] for _ in range(2)}
+    assert len(fresh) == 2 and all(len(r) == 32 for r in fresh)
+    bad = api.get("/datasets", headers={"X-Request-ID": "has spaces and {braces}"})
+    assert bad.headers["x-request-id"] != "has spaces and {braces}"
+    # problem answers too: 401 without a key, 404, 422
+    assert api_as(None).get("/datasets", headers={"X-Request-ID": "r401"}).headers[
+        "x-request-id"] == "r401"
+    assert api.get("/jobs/" + str(uuid.uuid4()), headers={"X-Request-ID": "r404"}).headers[
+        "x-request-id"] == "r404"
+
+
+@pytest.fixture
+def lonely_queue(monkeypatch) -> str:
+    """This test's own queue: no worker of the session consumes it."""
+    queue = f"sodm-lonely-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("SODM_CELERY_QUEUE", queue)
+    reset_app_caches()
+    yield queue
+    monkeypatch.undo()
+    reset_app_caches()
+
+
+def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
+                                                        lonely_queue: str) -> None:
+    text = lzma.decompress((datasets_dir / "heart_scale.xz").read_bytes())
+    ds = api.post("/datasets", files={"file": ("heart", io.BytesIO(text))},
+                  data={"format": "libsvm"}).json()
+    r = api.post("/train", json={"dataset_id": ds["id"], "algorithm": "odm"},
+                 headers={"X-Request-ID": "train-req-1"})
+    assert r.status_code == 202 and r.headers["x-request-id"] == "train-req-1"
+    job = r.json()
+    assert job["request_id"] == "train-req-1"
+    assert api.get(f"/jobs/{job['id']}").json()["waiting"] == NO_WORKER
+    status = api.get("/workers").json()
+    assert status["live"] == 0 and status["queued_jobs"] >= 1
+    assert api.get("/readyz").json()["workers"] == {"live": 0}
+
+    period = get_settings().worker_heartbeat_seconds
+    with session_scope() as s:  # a heartbeat row as worker.liveness writes it
+        s.add(Worker(id="host-a:1", hostname="host-a", pid=1, queue=lonely_queue,
+                     concurrency=2, started_at=utcnow(), last_seen=utcnow()))
+    try:
+        assert api.get(f"/jobs/{job['id']}").json()["waiting"] is None
+        status = api.get("/workers").json()
+        assert status["live"] == 1 and status["workers"][0]["id"] == "host-a:1"
+        assert api.get("/readyz").json()["workers"] == {"live": 1}
+        with session_scope() as s:  # three periods without a beat: dead
+            s.get(Worker, "host-a:1").last_seen = utcnow() - timedelta(seconds=3.5 * period)
+        assert api.get("/workers").json()["live"] == 0
+        listed = api.get("/jobs", params={"state": "QUEUED"}).json()["items"]
+        assert next(j for j in listed if j["id"] == job["id"])["waiting"] == NO_WORKER
+    finally:
+        with session_scope() as s:
+            s.execute(delete(Worker).where(Worker.id == "host-a:1"))
+            s.get(Job, job["id"]).state = "CANCELLED"
