@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app.auth import current_tenant
 from app.db import get_read_sessionmaker, get_session
 from app.models import Job, JobState, Tenant
-from app.schemas.common import IdPath
+from app.schemas.common import ID_PATTERN, IdPath
 from app.schemas.jobs import JobList, JobOut
 from app.services import jobs as jobs_service
 from app.services.workers import annotate_waiting
@@ -28,10 +28,17 @@ SSE_KEEPALIVE_SECONDS = 15.0
 
 @router.get("/jobs", response_model=JobList)
 def list_jobs(state: JobState | None = None,
+              dataset_id: str | None = Query(default=None, pattern=ID_PATTERN,
+                                             description="jobs training on this dataset"),
+              name: str | None = Query(default=None, max_length=200,
+                                       pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                                       description="jobs producing this model name"),
               cursor: str | None = None, limit: int = Query(default=50, ge=1, le=500),
               tenant: Tenant = Depends(current_tenant),
               session: Session = Depends(get_session)) -> dict:
-    rows, next_cursor = jobs_service.list_jobs(session, tenant, state, cursor, limit)
+    """The tenant's jobs, newest first, optionally by state, dataset and model name."""
+    rows, next_cursor = jobs_service.list_jobs(session, tenant, state, cursor, limit,
+                                               dataset_id=dataset_id, name=name)
     items = annotate_waiting(session, [jobs_service.job_out(j) for j in rows])
     return {"items": items, "next_cursor": next_cursor}
 

@@ -255,10 +255,15 @@ def get_job(session: Session, tenant: Tenant, job_id: str) -> Job:
 
 
 def list_jobs(session: Session, tenant: Tenant, state: str | None, cursor: str | None,
-              limit: int) -> tuple[list[Job], str | None]:
+              limit: int, *, dataset_id: str | None = None,
+              name: str | None = None) -> tuple[list[Job], str | None]:
     stmt = select(Job).where(Job.tenant_id == tenant.id)
     if state:
         stmt = stmt.where(Job.state == state)
+    if dataset_id:
+        stmt = stmt.where(Job.dataset_id == dataset_id)
+    if name:
+        stmt = stmt.where(Job.model_name == name)
     rows = list(session.scalars(page(stmt, Job, cursor, limit)))
     return split_page(rows, limit)
 

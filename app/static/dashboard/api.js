@@ -1,13 +1,18 @@
-// The JSON API client: the API key (sessionStorage), Bearer requests, problem+json errors,
+// The JSON API client: the API key (this tab, or the browser when kept), Bearer requests, problem+json errors,
 // server-sent events over fetch streaming (EventSource cannot send headers), XHR uploads with
 // progress, and authenticated downloads.
 
 export const BASE = document.body.dataset.base || "";
 const KEY_STORE = "sodm.apiKey";
 
-export function getKey() { return sessionStorage.getItem(KEY_STORE); }
-export function setKey(key) { sessionStorage.setItem(KEY_STORE, key); }
-export function clearKey() { sessionStorage.removeItem(KEY_STORE); }
+// The key lives in this tab (sessionStorage); with "keep me signed in" also in localStorage,
+// which new tabs read. Signing out (or a refused key) removes both.
+export function getKey() { return sessionStorage.getItem(KEY_STORE) || localStorage.getItem(KEY_STORE); }
+export function setKey(key, { remember = false } = {}) {
+  sessionStorage.setItem(KEY_STORE, key);
+  if (remember) localStorage.setItem(KEY_STORE, key); else localStorage.removeItem(KEY_STORE);
+}
+export function clearKey() { sessionStorage.removeItem(KEY_STORE); localStorage.removeItem(KEY_STORE); }
 
 /** An RFC 9457 problem (or a network failure) as an Error with the problem's fields. */
 export class ApiError extends Error {

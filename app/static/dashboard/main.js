@@ -3,6 +3,7 @@
 // polling timers and event streams).
 
 import { BASE, clearKey, getKey, setUnauthorizedHandler } from "./api.js";
+import { renderCompare } from "./pages/compare.js";
 import { renderDatasets, renderDataset } from "./pages/datasets.js";
 import { renderJob } from "./pages/job.js";
 import { renderJobs } from "./pages/jobs.js";
@@ -18,6 +19,7 @@ const ROUTES = [
   [/^\/jobs\/?$/, "jobs", renderJobs],
   [/^\/jobs\/([\w-]+)$/, "jobs", renderJob],
   [/^\/models\/?$/, "models", renderModels],
+  [/^\/compare\/?$/, "models", renderCompare],
   [/^\/models\/([\w-]+)$/, "models", renderModel],
   [/^\/datasets\/?$/, "datasets", renderDatasets],
   [/^\/datasets\/([\w-]+)$/, "datasets", renderDataset],

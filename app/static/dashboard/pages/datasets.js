@@ -1,5 +1,5 @@
 // Datasets: the list, the upload form (XHR upload progress; the API's validation problem shown
-// inline) and one dataset's summary (rows, features, class balance).
+// inline) and one dataset's summary (rows, features, class balance), its models and jobs.
 
 import { api, listAll, upload } from "../api.js";
 import { classBars } from "../charts.js";
@@ -7,10 +7,12 @@ import { forgetDatasets } from "../store.js";
 import { dl, fmtBytes, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, section, table, toast } from "../ui.js";
 
 function uploadForm(onDone) {
-  const file = h("input#ds-file", { type: "file", name: "file", required: true, accept: ".csv,.txt,.libsvm,.svm,.parquet,.t,.scale,.xz" });
+  // no ``accept`` filter: the API takes any file name (the format field names the format of a
+  // file without a known extension, such as LIBSVM's heart_scale), and .gz / .xz of each
+  const file = h("input#ds-file", { type: "file", name: "file", required: true, "aria-describedby": "ds-file-help" });
   const name = h("input#ds-name", { type: "text", name: "name", placeholder: "defaults to the file name" });
   const format = h("select#ds-format", { name: "format" },
-    [["", "from the file name"], ["libsvm", "LIBSVM"], ["csv", "CSV"], ["parquet", "Parquet"]].map(([v, t]) => h("option", { value: v }, t)));
+    [["", "from the file name"], ["libsvm", "LIBSVM / svmlight"], ["csv", "CSV / TSV"], ["parquet", "Parquet"]].map(([v, t]) => h("option", { value: v }, t)));
   const label = h("input#ds-label", { type: "text", name: "label_column", placeholder: "label" });
   const bar = progressBar(0, "Upload progress");
   bar.hidden = true;
@@ -54,7 +56,8 @@ function uploadForm(onDone) {
       }
     },
   },
-  h("div.field", {}, h("label", { for: "ds-file" }, "File (LIBSVM, CSV or Parquet)"), file, sizeNote),
+  h("div.field", {}, h("label", { for: "ds-file" }, "File (LIBSVM, CSV or Parquet)"), file, sizeNote,
+    h("p#ds-file-help.muted.small", {}, "LIBSVM / svmlight (.libsvm .svm .svmlight .txt .t .scale), CSV or TSV (.csv .tsv), Parquet (.parquet .pq), each also compressed as .gz or .xz. Any other name: choose the format below.")),
   h("div.grid-2", {},
     h("div.field", {}, h("label", { for: "ds-name" }, "Name"), name),
     h("div.field", {}, h("label", { for: "ds-format" }, "Format"), format),
@@ -104,6 +107,7 @@ export async function renderDataset(main, { id, signal, navigate }) {
       navigate("/datasets");
     } catch (err) { main.append(problemBox(err)); }
   } }, "Delete");
+  const modelsSlot = h("div#dataset-models", {}, h("p.muted", {}, "Loading…"));
   const train = link(`/train?dataset=${encodeURIComponent(id)}`, "Train on this dataset");
   train.classList.add("button", "primary");
   main.append(pageHeader(d.name, train, del),
@@ -116,5 +120,22 @@ export async function renderDataset(main, { id, signal, navigate }) {
       ["Dataset id", h("code", {}, d.id)],
       ["Created", fmtDate(d.created_at)],
     ])),
-    section("Class balance", classBars(d.classes)));
+    section("Class balance", classBars(d.classes)),
+    section("Models trained on it", modelsSlot),
+    h("p", {}, link(`/jobs?dataset_id=${encodeURIComponent(id)}`, "Jobs on this dataset →")));
+  try {
+    // newest versions first; filtered here too in case the API ignores dataset_id
+    const page = await api(`/models?dataset_id=${encodeURIComponent(id)}&limit=100`, { signal });
+    const items = page.items.filter((m) => m.dataset_id === id);
+    modelsSlot.replaceChildren(items.length ? table([
+      { label: "Model", cell: (m) => link(`/models/${m.id}`, `${m.name} v${m.version}`) },
+      { label: "Algorithm", cell: (m) => `${m.algorithm}${m.params?.kernel ? ` · ${m.params.kernel}` : ""}` },
+      { label: "Accuracy", className: "num", cell: (m) => fmtNum(m.metrics?.accuracy) },
+      { label: "Margin mean", className: "num", cell: (m) => fmtNum(m.margin?.mean) },
+      { label: "Created", cell: (m) => fmtDate(m.created_at) },
+    ], items, { caption: `Models trained on ${d.name}`, rowAttrs: (m) => ({ dataset: { modelId: m.id } }) })
+      : h("p.empty-state", {}, "No model trained on this dataset yet."));
+  } catch (err) {
+    if (!signal.aborted) modelsSlot.replaceChildren(problemBox(err));
+  }
 }

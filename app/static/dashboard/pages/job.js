@@ -1,6 +1,7 @@
 // Job detail: parameters, live state and progress from GET /jobs/{id}/events (server-sent
 // events read with fetch streaming so the Bearer header goes along), the per-level (or
-// per-epoch) convergence charts, the error of a failed job and the cancel button.
+// per-epoch) convergence charts, the error of a failed job, the cancel button and a link that
+// re-runs the job with edited parameters (the train form, filled from this job).
 
 import { api, streamEvents } from "../api.js";
 import { lineChart } from "../charts.js";
@@ -45,6 +46,9 @@ export async function renderJob(main, { id, signal }) {
   const message = h("p.progress-message", { "aria-live": "polite" });
   const elapsed = h("span");
   const cancelBtn = h("button.danger#cancel", { type: "button" }, "Cancel job");
+  const rerun = link(`/train?from=${encodeURIComponent(job.id)}`, "Re-run with edits");
+  rerun.classList.add("button");
+  rerun.id = "rerun";
   const modelSlot = h("div");
   const errorSlot = h("div");
   const chartSlot = h("div");
@@ -52,7 +56,7 @@ export async function renderJob(main, { id, signal }) {
   const streamNote = h("p.muted.small");
 
   main.append(
-    pageHeader(`Job ${job.name ? `${job.name} · ` : ""}${shortId(job.id)}`, badge, cancelBtn),
+    pageHeader(`Job ${job.name ? `${job.name} · ` : ""}${shortId(job.id)}`, badge, rerun, cancelBtn),
     h("section.card.live-status", {}, bar, message, h("p.muted", {}, "Elapsed ", elapsed), modelSlot, streamNote),
     errorSlot,
     section("Convergence", chartSlot),

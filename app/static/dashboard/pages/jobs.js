@@ -1,8 +1,9 @@
-// Jobs: one page of the cursor-paginated list (GET /jobs?limit=N), refreshed by polling that
+// Jobs: one page of the cursor-paginated list (GET /jobs?limit=N, filtered by state, dataset and
+// model name), refreshed by polling that
 // same page (one request per tick; faster while a shown job is active) so states and progress
 // bars move without a reload. Elapsed times of running jobs tick every second.
 
-import { api, qs } from "../api.js";
+import { api, listAll, qs } from "../api.js";
 import { datasetNames } from "../store.js";
 import {
   TERMINAL, elapsedOf, fill, fmtDate, fmtDuration, h, link, pageHeader, problemBox, progressBar,
@@ -17,16 +18,28 @@ const STATES = ["", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLING", "C
 export async function renderJobs(main, { params, signal, navigate }) {
   document.title = "Jobs · SODM";
   const state = params.get("state") || "";
+  const datasetId = params.get("dataset_id") || "";
+  const modelName = params.get("name") || "";
+  const filters = { state, dataset_id: datasetId, name: modelName };
   const cursor = params.get("cursor") || "";
   const pageNo = Number(params.get("page") || 1);
 
-  const filter = h("select#state-filter", {
-    onchange: () => navigate(`/jobs${qs({ state: filter.value })}`),
-  }, STATES.map((st) => h("option", { value: st, selected: st === state }, st || "All states")));
-  main.append(pageHeader("Jobs",
+  const apply = () => navigate(`/jobs${qs({ state: filter.value, dataset_id: dsFilter.value, name: nameFilter.value.trim() })}`);
+  const filter = h("select#state-filter", { onchange: apply },
+    STATES.map((st) => h("option", { value: st, selected: st === state }, st || "All states")));
+  const dsFilter = h("select#dataset-filter", { onchange: apply }, h("option", { value: "" }, "All datasets"));
+  const nameFilter = h("input#name-filter", { type: "search", value: modelName, placeholder: "any", size: 14,
+    pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]*", onchange: apply });
+  const filterForm = h("form.filters", { role: "search", "aria-label": "Filter jobs", onsubmit: (e) => { e.preventDefault(); apply(); } },
     h("label.inline", { for: "state-filter" }, "State ", filter),
-    link("/train", "New training job")));
-  main.lastChild.querySelector("a").classList.add("button", "primary");
+    h("label.inline", { for: "dataset-filter" }, "Dataset ", dsFilter),
+    h("label.inline", { for: "name-filter" }, "Model name ", nameFilter));
+  main.append(pageHeader("Jobs", link("/train", "New training job")), filterForm);
+  main.querySelector(".page-head .actions a").classList.add("button", "primary");
+  listAll("/datasets", { signal, maxPages: 5 }).then((all) => {
+    for (const d of all) dsFilter.append(h("option", { value: d.id, selected: d.id === datasetId }, d.name));
+    if (datasetId && !all.some((d) => d.id === datasetId)) dsFilter.append(h("option", { value: datasetId, selected: true }, shortId(datasetId)));
+  }).catch(() => {});
 
   const live = h("p.muted.live", { "aria-live": "off" });
   const holder = h("div#jobs-table");
@@ -79,7 +92,8 @@ export async function renderJobs(main, { params, signal, navigate }) {
       rows.clear();
       if (!page.items.length) {
         tbody = null;
-        holder.replaceChildren(h("p.empty-state", {}, state ? `No ${state} jobs.` : "No jobs yet. ", state ? null : link("/train", "Train a model")));
+        const filtered = state || datasetId || modelName;
+        holder.replaceChildren(h("p.empty-state", {}, filtered ? "No jobs match these filters." : "No jobs yet. ", filtered ? null : link("/train", "Train a model")));
       } else {
         tbody = h("tbody", {}, page.items.map((j) => { const r = buildRow(j); rows.set(j.id, r); return r.tr; }));
         holder.replaceChildren(h("div.table-wrap", {}, h("table.jobs", {},
@@ -92,12 +106,12 @@ export async function renderJobs(main, { params, signal, navigate }) {
     fill(pager,
       pageNo > 1 ? h("button.link-button", { type: "button", onclick: () => history.back() }, "← Newer") : null,
       h("span.muted", {}, `Page ${pageNo}`),
-      page.next_cursor ? link(`/jobs${qs({ state, cursor: page.next_cursor, page: pageNo + 1 })}`, "Older →") : null);
+      page.next_cursor ? link(`/jobs${qs({ ...filters, cursor: page.next_cursor, page: pageNo + 1 })}`, "Older →") : null);
     live.textContent = `Updated ${new Date().toLocaleTimeString("en-GB")}`;
   }
 
   async function load() {
-    const page = await api(`/jobs${qs({ limit: PAGE_SIZE, state, cursor })}`, { signal });
+    const page = await api(`/jobs${qs({ limit: PAGE_SIZE, ...filters, cursor })}`, { signal });
     const dsIds = [...new Set(page.items.map((j) => j.dataset_id))];
     try { names = await datasetNames({ ids: dsIds, signal }); } catch (err) { if (signal.aborted) throw err; }
     render(page);

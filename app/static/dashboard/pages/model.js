@@ -129,10 +129,13 @@ export async function renderModel(main, { id, signal }) {
   const dlBtn = h("button#download", { type: "button", onclick: async () => {
     try { toast(`Saved ${await download(`/models/${m.id}/file`, `${m.name}-v${m.version}.sodm`)}`); } catch (err) { toast(`Download failed: ${err.message}`); }
   } }, "Download model file");
+  const compare = link(`/compare?a=${encodeURIComponent(m.id)}`, "Compare with…");
+  compare.classList.add("button");
+  compare.id = "compare";
   const metrics = m.metrics || {};
   const roc = metrics.roc_curve;
   main.append(
-    pageHeader(`${m.name} v${m.version}`, dlBtn),
+    pageHeader(`${m.name} v${m.version}`, compare, dlBtn),
     h("p.lead#model-lead", { hidden: !m.description }, m.description || ""),
     section(`Held-out metrics${metrics.n_test ? ` (${fmtNum(metrics.n_test)} rows)` : ""}`,
       metrics.held_out === false ? h("p.muted", {}, "Measured on the training data (no held-out set).") : null,

@@ -23,7 +23,9 @@ export async function renderModels(main, { params, signal, navigate }) {
   document.title = "Models · SODM";
   const cursor = params.get("cursor") || "";
   const pageNo = Number(params.get("page") || 1);
-  main.append(pageHeader("Models"), filterForm(params, navigate));
+  const compare = link("/compare", "Compare two models");
+  compare.classList.add("button");
+  main.append(pageHeader("Models", compare), filterForm(params, navigate));
   const filters = Object.fromEntries(FILTERS.map(([k]) => [k, params.get(k) || ""]));
   let page;
   try {

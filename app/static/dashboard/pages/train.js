@@ -2,10 +2,12 @@
 // algorithms and their parameters (type, default, bounds, this server's limits, meaning) come
 // from GET /algorithms, the same specs that validate POST /train. Submitting POSTs /train with
 // the values that differ from the algorithm's defaults and opens the new job's live page; a
-// 422 problem is shown inline next to the field it names.
+// 422 problem is shown inline next to the field it names. A grid search (values per parameter,
+// k-fold CV) is optional. ``?from=<job id>`` fills the form with that job's request (re-run
+// with edited parameters); ``?dataset=<id>`` preselects a dataset.
 
 import { api, listAll } from "../api.js";
-import { h, link, pageHeader, problemBox, section } from "../ui.js";
+import { h, link, pageHeader, problemBox, section, shortId } from "../ui.js";
 
 // Shown with the algorithm select and the kernel; every other parameter is a field below.
 const OWN_FIELDS = new Set(["kernel"]);
@@ -56,12 +58,27 @@ function valueOf(spec, raw) {
   return Number.isFinite(n) ? n : raw; // the server names what is wrong with a non-number
 }
 
+// parameters a grid search may vary, with a hint of typical values
+const GRID = [
+  ["lam", "lam", "e.g. 10, 100, 1000"],
+  ["gamma", "gamma", "e.g. 0.1, 1, scale"],
+  ["theta", "theta", "e.g. 0.1, 0.3"],
+  ["upsilon", "upsilon", "e.g. 0.3, 0.7"],
+];
+
+/** "1, 10, scale" -> [1, 10, "scale"] (numbers where they parse). */
+export function gridValues(text) {
+  return text.split(/[,\s]+/).filter(Boolean).map((v) => (Number.isFinite(Number(v)) ? Number(v) : v));
+}
+
 export async function renderTrain(main, { params, signal, navigate }) {
   document.title = "Train · SODM";
-  const [datasets, algs] = await Promise.all([listAll("/datasets", { signal, maxPages: 5 }),
-    api("/algorithms", { signal })]);
+  const fromId = params.get("from");
+  const [datasets, algs, from] = await Promise.all([listAll("/datasets", { signal, maxPages: 5 }),
+    api("/algorithms", { signal }), fromId ? api(`/jobs/${fromId}`, { signal }) : null]);
   const ALGS = new Map(algs.items.map((a) => [a.name, a]));
-  main.append(pageHeader("Train a model"));
+  main.append(pageHeader(from ? `Re-run job ${from.name || shortId(from.id)}` : "Train a model"));
+  if (from) main.append(h("p.muted", {}, "The form holds the parameters of job ", link(`/jobs/${from.id}`, shortId(from.id)), "; edit them and start a new job (the original is unchanged)."));
   if (!datasets.length) {
     main.append(h("p.empty-state", {}, "Upload a dataset first: ", link("/datasets", "Datasets")));
     return;
@@ -141,8 +158,16 @@ export async function renderTrain(main, { params, signal, navigate }) {
     more.hidden = advanced.every((w) => w.hidden);
     splitFraction.hidden = split.value !== "fraction";
     splitDataset.hidden = split.value !== "dataset";
+    gridBox.hidden = !gridOn.checked;
   }
-  for (const el of [algorithm, kernel, split]) el.addEventListener("change", refresh);
+
+  const gridOn = h("input#grid-on", { type: "checkbox", name: "search" });
+  const folds = h("input#grid-folds", { type: "number", min: "2", max: "20", step: "1", value: "3", name: "folds" });
+  const gridInputs = new Map(GRID.map(([key, , hint]) => [key, h(`input#grid-${key}`, { type: "text", name: `grid_${key}`, placeholder: hint })]));
+  const gridBox = h("div.grid-3", {},
+    GRID.map(([key, label]) => field(`search.grid.${key}`, `grid-${key}`, `${label} values`, gridInputs.get(key), "Comma-separated; empty: not searched.")),
+    field("search.folds", "grid-folds", "CV folds", folds, "Stratified folds of the training part."));
+  for (const el of [algorithm, kernel, split, gridOn]) el.addEventListener("change", refresh);
 
   const status = h("div#train-status", { "aria-live": "polite" });
   const submit = h("button.primary", { type: "submit" }, "Start training");
@@ -158,6 +183,11 @@ export async function renderTrain(main, { params, signal, navigate }) {
       const value = valueOf(spec, raw);
       if (value === "") continue;
       body.params[key] = value;
+    }
+    if (gridOn.checked) {
+      const grid = {};
+      for (const [key, input] of gridInputs) if (input.value.trim()) grid[key] = gridValues(input.value);
+      body.search = { grid, folds: Number(folds.value || 3) };
     }
     if (split.value === "fraction") body.test_fraction = Number(fraction.value);
     if (split.value === "dataset") body.test_dataset_id = testDs.value;
@@ -197,7 +227,33 @@ export async function renderTrain(main, { params, signal, navigate }) {
       field("params.kernel", "tr-kernel", "Kernel", kernel, "rbf: exp(−γ‖x−z‖²); poly: (γ⟨x,z⟩+coef0)^degree; linear: ⟨x,z⟩."),
       field("backend", "tr-backend", "Backend", backend, "Where the solver runs."))),
   section("Parameters", h("div.grid-3", {}, basic), more),
+  section("Grid search",
+    h("div.checkbox", {}, gridOn, h("label", { for: "grid-on" }, "Search a grid of values by cross-validation")),
+    h("p.muted.small", {}, "Every combination of the listed values is scored by k-fold CV accuracy on the training part; the best is refitted on the whole training part. Local backend only."),
+    gridBox),
   h("div.form-actions", {}, submit, status));
   main.append(form);
   refresh();
+  if (from) fillFrom(from.request || {});
+
+  // the form as the job ``from`` was requested (its values stay when the algorithm changes)
+  function fillFrom(req) {
+    if (req.dataset_id && [...dataset.options].some((o) => o.value === req.dataset_id)) dataset.value = req.dataset_id;
+    if (req.algorithm && ALGS.has(req.algorithm)) algorithm.value = req.algorithm;
+    if (req.backend) backend.value = req.backend;
+    const p = req.params || {};
+    refresh();
+    if (p.kernel) kernel.value = p.kernel;
+    refresh();
+    for (const [key, { input }] of inputs) if (key in p && p[key] !== null) input.value = String(p[key]);
+    seed.value = String(req.seed ?? 0);
+    if (req.name) name.value = req.name;
+    if (req.test_dataset_id) { split.value = "dataset"; testDs.value = req.test_dataset_id; } else { split.value = "fraction"; fraction.value = String(req.test_fraction ?? 0.2); }
+    if (req.search?.grid) {
+      gridOn.checked = true;
+      for (const [key, values] of Object.entries(req.search.grid)) if (gridInputs.has(key)) gridInputs.get(key).value = values.join(", ");
+      folds.value = String(req.search.folds ?? 3);
+    }
+    refresh();
+  }
 }
