@@ -16,6 +16,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from playwright.sync_api import expect
 from sklearn.datasets import load_svmlight_file
 
 from tests.browser.test_dashboard import dash, sign_in, snap
@@ -85,7 +86,7 @@ def test_header_shows_live_workers_and_queue(page_guard, api_server: str, ops) -
     sign_in(page, api_server, ops["key"])
     status = page.locator("#workers")
     status.wait_for()
-    page.wait_for_function("document.getElementById('workers').textContent.includes('live')")
+    expect(status).to_contain_text("live")
     text = status.inner_text()
     assert re.search(r"\d+ workers? live · \d+ queued", text), text
 
@@ -101,7 +102,7 @@ def test_jobs_filter_by_dataset_and_model_name(page_guard, api_server: str, ops,
     page.locator(f"#dataset-filter option[value='{first_ds['id']}']").wait_for(state="attached")
     page.select_option("#dataset-filter", first_ds["id"])
     page.wait_for_url(re.compile(r"dataset_id="))
-    page.wait_for_function("document.querySelectorAll('#jobs-table tbody tr').length === 2")
+    expect(rows).to_have_count(2)
     assert set(rows.evaluate_all("rs => rs.map(r => r.dataset.jobId)")) == {
         ops["jobs"][0]["id"], ops["jobs"][1]["id"]}
     page.select_option("#dataset-filter", "")
@@ -109,7 +110,7 @@ def test_jobs_filter_by_dataset_and_model_name(page_guard, api_server: str, ops,
     page.fill("#name-filter", "other")
     page.press("#name-filter", "Enter")
     page.wait_for_url(re.compile(r"name=other"))
-    page.wait_for_function("document.querySelectorAll('#jobs-table tbody tr').length === 1")
+    expect(rows).to_have_count(1)
     assert rows.first.get_attribute("data-job-id") == ops["jobs"][2]["id"]
     snap(page, screenshot, "jobs-filtered")
     page.fill("#name-filter", "nothing-by-this-name")

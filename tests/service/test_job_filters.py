@@ -9,7 +9,7 @@ from app.db import session_scope
 from app.models import Job
 
 
-def test_jobs_filter_by_dataset_and_model_name(api, make_tenant, api_as,
+def test_jobs_filter_by_dataset_and_model_name(api, make_tenant, api_as, private_queue,
                                                datasets_dir: Path) -> None:
     client = api_as(make_tenant()[1])  # a tenant of its own: exact counts
     text = lzma.decompress((datasets_dir / "heart_scale.xz").read_bytes())

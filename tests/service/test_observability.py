@@ -15,6 +15,8 @@ import pytest
 
 from tests.service.jobs_helpers import submit, upload, wait_job
 
+METRICS_TOKEN = "scrape-token-for-the-test"
+
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
     out = []
@@ -33,7 +35,7 @@ def _sample(scrape: str, name: str, labels: str = "") -> float:
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory, start_api_module, start_worker_module, tenant
              ) -> tuple[Any, Any, httpx.Client]:
-    shared = {"SODM_LOG_FORMAT": "json",
+    shared = {"SODM_LOG_FORMAT": "json", "SODM_METRICS_TOKEN": METRICS_TOKEN,
               "PROMETHEUS_MULTIPROC_DIR": str(tmp_path_factory.mktemp("prometheus")),
               "SODM_WORKER_HEARTBEAT_SECONDS": "1"}
     api = start_api_module(**shared)
@@ -76,7 +78,7 @@ def test_worker_metrics_and_liveness_in_the_apis_one_scrape(observed, datasets_d
     ds = upload(client, datasets_dir, "heart_scale")
     job = submit(client, {"dataset_id": ds["id"], "algorithm": "odm"})
     assert wait_job(client, job["id"], timeout=180)["state"] == "SUCCEEDED"
-    scrape = client.get("/metrics").text
+    scrape = client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
     assert _sample(scrape, "sodm_worker_jobs_total", '{outcome="SUCCEEDED"}') >= 1
     assert _sample(scrape, "sodm_worker_attempts_total", '{attempt="1"}') >= 1
     assert _sample(scrape, "sodm_worker_job_duration_seconds_count",

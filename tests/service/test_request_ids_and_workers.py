@@ -11,14 +11,12 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from sqlalchemy import delete
 
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, Worker, utcnow
 from app.services.workers import NO_WORKER
-from tests.fixtures.stack import reset_app_caches
 
 
 def test_every_answer_carries_a_request_id(api, api_as) -> None:
@@ -35,19 +33,8 @@ def test_every_answer_carries_a_request_id(api, api_as) -> None:
         "x-request-id"] == "r404"
 
 
-@pytest.fixture
-def lonely_queue(monkeypatch) -> str:
-    """This test's own queue: no worker of the session consumes it."""
-    queue = f"sodm-lonely-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("SODM_CELERY_QUEUE", queue)
-    reset_app_caches()
-    yield queue
-    monkeypatch.undo()
-    reset_app_caches()
-
-
 def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
-                                                        lonely_queue: str) -> None:
+                                                        private_queue: str) -> None:
     text = lzma.decompress((datasets_dir / "heart_scale.xz").read_bytes())
     ds = api.post("/datasets", files={"file": ("heart", io.BytesIO(text))},
                   data={"format": "libsvm"}).json()
@@ -63,7 +50,7 @@ def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
 
     period = get_settings().worker_heartbeat_seconds
     with session_scope() as s:  # a heartbeat row as worker.liveness writes it
-        s.add(Worker(id="host-a:1", hostname="host-a", pid=1, queue=lonely_queue,
+        s.add(Worker(id="host-a:1", hostname="host-a", pid=1, queue=private_queue,
                      concurrency=2, started_at=utcnow(), last_seen=utcnow()))
     try:
         assert api.get(f"/jobs/{job['id']}").json()["waiting"] is None
