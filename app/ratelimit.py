@@ -88,13 +88,30 @@ class Decision:
 
 
 class _Counting(FixedWindowRateLimiter):
-    """``limits``' fixed window, returning the window's count and expiry with the hit."""
+    """``limits``' fixed window, returning the window's count and expiry with the hit.
+
+    One store round trip per request: the window's expiry is remembered per key in this
+    process (a hit whose count equals its cost opened the window, so it ends a window length
+    from now); it is read from the store only for a window another process opened."""
+
+    def __init__(self, storage: Any) -> None:
+        super().__init__(storage)
+        self._ends: dict[str, float] = {}
 
     async def hit_counted(self, item: Any, identity: str, cost: int) -> tuple[int, float]:
         key = item.key_for(identity)
-        count = await self.storage.incr(key, item.get_expiry(), amount=cost)
-        reset = await self.storage.get_expiry(key)
-        return int(count), float(reset)
+        count = int(await self.storage.incr(key, item.get_expiry(), amount=cost))
+        now = time.time()
+        if count == cost:
+            end = now + item.get_expiry()
+        else:
+            end = self._ends.get(key, 0.0)
+            if end <= now:
+                end = float(await self.storage.get_expiry(key))
+        if len(self._ends) > 100_000:
+            self._ends.clear()
+        self._ends[key] = end
+        return count, end
 
 
 class Limiter:

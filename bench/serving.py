@@ -296,6 +296,16 @@ def run_wrk(url: str, key: str, body: Path, connections: int, seconds: float,
             "server_cpu_s": server_cpu, "seconds": secs}
 
 
+def wait_idle(pid: int, timeout: float = 120.0) -> None:
+    """Wait until the API's process tree uses under 5 % of a core over half a second."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c0 = cpu_of_tree(pid)
+        time.sleep(0.5)
+        if cpu_of_tree(pid) - c0 < 0.025:
+            return
+
+
 def loadavg() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
@@ -338,7 +348,10 @@ def bench_tree(name: str, tree: Path, workers: int, args: argparse.Namespace, es
         scenarios = [("single", 1), ("single", 50), ("batch", 50)]
         for kind, conns in scenarios:
             body = bodies[kind].with_name(f"{name}-{kind}.json")
-            run_wrk(server.url, reg["key"], body, conns, 2, args.wrk_threads, server.proc.pid)
+            # warm up with one connection, then wait until the API is idle again (a
+            # 50-connection warm-up would leave a backlog of large requests behind)
+            run_wrk(server.url, reg["key"], body, 1, 2, 1, server.proc.pid)
+            wait_idle(server.proc.pid)
             spy = None
             if args.profile:
                 from bench.serving_profile import start_py_spy
@@ -416,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offline", action="store_true",
                     help="also batch decision values in-process vs scikit-learn/onnxruntime")
     ap.add_argument("--out", type=Path, help="write the JSON document here too")
+    ap.add_argument("--keep", type=Path, help="keep logs, bodies and raw profiles here")
     args = ap.parse_args(argv)
     trees = [t.split("=", 1) for t in (args.tree or ["after=."])]
     workers = {n: int(args.workers) for n, _ in trees} if "=" not in args.workers else {
@@ -426,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     est = load_model(ensure_model())
     X_big = test_rows(args.batch_rows)
     with tempfile.TemporaryDirectory(prefix="sodm-bench-serving-") as tmp:
-        workdir = Path(tmp)
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         bodies = {"single": workdir / "single.json", "batch": workdir / "batch.json"}
         bodies["single"].write_text(json.dumps({"model_id": "MODEL_ID",
                                                 "instances": X_big[:1].tolist()}))

@@ -8,9 +8,10 @@ from), the generic phases (database, HTTP server and framework) only where no sp
 matches (so a database call made by the key lookup counts as the key lookup),
 and reports each phase's share and its milliseconds of thread time per request.
 
-py-spy records only threads that are running (idle threads waiting on sockets or locks are
-not sampled), so the total is the busy thread time, which can exceed the wall time when
-several threads run at once.
+py-spy records only threads that are running; samples whose innermost frame is a wait (the
+event loop's poll, an executor thread waiting for work), which ``--nonblocking`` sampling
+sometimes records, are dropped as idle. The total is the busy thread time, which can exceed
+the wall time when several threads run at once.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ RATE = 250  # samples per second
 # (phase, pattern on one frame "function (file:line)"), checked innermost frame first;
 # GENERIC phases count only a stack that no PHASES pattern matches
 PHASES: list[tuple[str, re.Pattern[str]]] = [
+    ("rate limit", re.compile(r"app/ratelimit\.py|/limits/|redis/asyncio")),
     ("logging", re.compile(r"\(logging/|access_log|structlog|\blog_request")),
     ("metrics", re.compile(r"prometheus_client|app/observability\.py")),
-    ("rate limit", re.compile(r"app/ratelimit\.py|/limits/")),
     ("kernel sum", re.compile(r"solver/|_numba_kernels|decision_function|app/services/"
                               r"(evaluator|batcher)\.py")),
     ("model cache", re.compile(r"app/services/predictor\.py:\d+\)$|model_io|load_model")),
@@ -60,8 +61,16 @@ def start_py_spy(pid: int, seconds: float, out: Path, subprocesses: bool) -> sub
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# an innermost frame that is a wait, not work: the event loop in epoll (py-spy's
+# --nonblocking sampling does not always tell), an executor thread waiting for a task
+IDLE = re.compile(r"^(Runner\.run \(asyncio/runners\.py|_worker \(concurrent/futures/"
+                  r"thread\.py|Condition\.wait \(|WorkerThread\.run \(anyio)")
+
+
 def phase_of(stack: str) -> str:
     frames = stack.split(";")
+    if IDLE.match(frames[-1]):
+        return "idle"
     for phases in (PHASES, GENERIC):
         for frame in reversed(frames):
             for name, pattern in phases:
@@ -78,6 +87,7 @@ def summarize(raw: Path, requests: int) -> dict[str, Any]:
             stack, _, n = line.rpartition(" ")
             if stack and n.isdigit():
                 counts[phase_of(stack)] += int(n)
+    counts.pop("idle", None)
     total = sum(counts.values())
     phases = {name: {"samples": n, "share": round(n / total, 4) if total else 0.0,
                      "ms_per_request": round(1e3 * n / RATE / max(1, requests), 4)}

@@ -19,7 +19,7 @@ from app.models import Tenant
 from app.schemas.predict import PredictRequest, PredictResponse
 from app.services import instances, predictor
 from app.services import models as models_service
-from app.services.batcher import evaluations
+from app.services.batcher import ClientGone, evaluations
 
 router = APIRouter(tags=["predict"])
 
@@ -74,7 +74,14 @@ async def predict(request: Request, tenant: Tenant = Depends(current_tenant)) ->
             X = instances.to_matrix(parsed.rows, m.n_features, body, m.feature_names)
     finally:
         ev.arriving -= 1
-    out = await predictor.predict(m, X)
+
+    async def connected() -> bool:
+        return not await request.is_disconnected()
+
+    try:
+        out = await predictor.predict(m, X, connected)
+    except ClientGone:  # nobody is waiting for a large request's answer: skip its work
+        return Response(status_code=499)
     return Response(orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY),
                     media_type="application/json")
 

@@ -20,7 +20,7 @@ import asyncio
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +43,10 @@ def _one_blas_thread() -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its evaluation started."""
 
 
 @dataclass
@@ -72,16 +76,22 @@ class Evaluations:
         self._queues: dict[Any, _Queue] = {}
         self.arriving = 0  # /predict requests being read or parsed right now
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` on a free slot (model loads, large or sparse requests)."""
+    async def run(self, fn: Callable[..., Any], *args: Any,
+                  wanted: Callable[[], Awaitable[bool]] | None = None) -> Any:
+        """Run ``fn(*args)`` on a free slot (model loads, large or sparse requests); when
+        ``wanted()`` says no once the slot is free (the client left), ``ClientGone``."""
         async with self._free:
+            if wanted is not None and not await wanted():
+                raise ClientGone
             return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     async def decision(self, key: Any, fn: Callable[[np.ndarray], np.ndarray],
-                       X: np.ndarray) -> np.ndarray:
-        """``fn(X)``, possibly computed together with other requests' rows for ``key``."""
+                       X: np.ndarray, wanted: Callable[[], Awaitable[bool]] | None = None
+                       ) -> np.ndarray:
+        """``fn(X)``, possibly computed together with other requests' rows for ``key``;
+        a large request alone, skipped if ``wanted()`` is false when its turn comes."""
         if X.shape[0] >= self.max_batch_rows or not isinstance(X, np.ndarray):
-            return await self.run(fn, X)
+            return await self.run(fn, X, wanted=wanted)
         loop = asyncio.get_running_loop()
         q = self._queues.get(key)
         if q is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -93,10 +94,12 @@ async def load_async(m: ModelLike) -> ServingModel:
             fut.add_done_callback(lambda _f: _loading.pop(m.id, None))
 
 
-async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix) -> dict[str, Any]:
-    """Labels in the dataset's original label values plus decision values."""
+async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix,
+                  wanted: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
+    """Labels in the dataset's original label values plus decision values (``wanted``: see
+    ``Evaluations.decision``)."""
     sm = await load_async(m)
-    F = await evaluations().decision(m.id, sm.decision, X)
+    F = await evaluations().decision(m.id, sm.decision, X, wanted)
     values: Any = F[:, 0] if len(sm.classes) == 2 else F
     return {"model_id": m.id, "model_name": m.name, "version": int(m.version),
             "classes": sm.classes.tolist(), "labels": sm.labels(F), "decision_values": values}
