@@ -123,10 +123,14 @@ class Limiter:
         prefix = f"sodm:{s.celery_queue}:ratelimit"
         if url is not None:
             from limits.aio.storage import RedisStorage
+            from redis.asyncio import BlockingConnectionPool
 
+            # a few connections, waited for: a burst of requests must not open (and pay the
+            # setup of) one connection each
+            pool = BlockingConnectionPool.from_url(url, max_connections=8, timeout=1,
+                                                   socket_timeout=1, socket_connect_timeout=1)
             self.storage: Any = RedisStorage(f"async+{url}", implementation="redispy",
-                                             key_prefix=prefix, socket_timeout=1,
-                                             socket_connect_timeout=1)
+                                             key_prefix=prefix, connection_pool=pool)
         else:
             from limits.aio.storage import MemoryStorage
 

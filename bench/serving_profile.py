@@ -29,9 +29,9 @@ RATE = 250  # samples per second
 # (phase, pattern on one frame "function (file:line)"), checked innermost frame first;
 # GENERIC phases count only a stack that no PHASES pattern matches
 PHASES: list[tuple[str, re.Pattern[str]]] = [
-    ("rate limit", re.compile(r"app/ratelimit\.py|/limits/|redis/asyncio")),
+    ("rate limit", re.compile(r"^(Limiter\.|_Counting\.)|/limits/|redis/asyncio")),
     ("logging", re.compile(r"\(logging/|access_log|structlog|\blog_request")),
-    ("metrics", re.compile(r"prometheus_client|app/observability\.py")),
+    ("metrics", re.compile(r"prometheus_client")),
     ("kernel sum", re.compile(r"solver/|_numba_kernels|decision_function|app/services/"
                               r"(evaluator|batcher)\.py")),
     ("model cache", re.compile(r"app/services/predictor\.py:\d+\)$|model_io|load_model")),
