@@ -137,6 +137,7 @@ class Limiter:
             self.storage = MemoryStorage()
         self.strategy = _Counting(self.storage)
         self.shared = url is not None
+        self._warned_at = -math.inf
 
     async def hit(self, policy: str, identity: str, per_minute: int, cost: int) -> Decision:
         """Count ``cost`` units; allowed while the window's count stays within the limit."""
@@ -159,8 +160,11 @@ class Limiter:
                 reset_at = float(await self.storage.get_expiry(key))
         except Exception as exc:  # noqa: BLE001 - fail open, never a 500
             ERRORS.inc()
-            log.warning("rate limit store unavailable (%s); request let through",
-                        type(exc).__name__)
+            now = time.monotonic()
+            if now - self._warned_at > WINDOW_SECONDS:  # at most one line a minute
+                self._warned_at = now
+                log.warning("rate limit store unavailable (%s); requests let through",
+                            type(exc).__name__)
             return Decision(policy, True, per_minute, per_minute, WINDOW_SECONDS)
         reset = max(0, math.ceil(reset_at - time.time()))
         remaining = max(0, per_minute - count + (0 if cost else 1))

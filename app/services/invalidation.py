@@ -76,6 +76,7 @@ class Subscriber(threading.Thread):
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self._pubsub: Any = None
+        self._warned = False
 
     def stop(self) -> None:
         self._stopping.set()
@@ -93,6 +94,9 @@ class Subscriber(threading.Thread):
                 self._pubsub = client.pubsub(ignore_subscribe_messages=True)
                 self._pubsub.subscribe(channel())
                 cache.clear()  # anything published while we were not listening is lost
+                if self._warned:
+                    log.info("cache invalidation channel back")
+                    self._warned = False
                 self.ready.set()
                 while not self._stopping.is_set():
                     msg = self._pubsub.get_message(timeout=1.0)
@@ -100,11 +104,13 @@ class Subscriber(threading.Thread):
                         with contextlib.suppress(Exception):
                             apply(orjson.loads(msg["data"]))
             except Exception as exc:  # noqa: BLE001 - reconnect; the TTL covers the gap
-                self.ready.clear()
                 if self._stopping.is_set():
                     return
-                log.warning("cache invalidation channel down (%s); retrying",
-                            type(exc).__name__)
+                if self.ready.is_set() or not self._warned:  # once per outage
+                    log.warning("cache invalidation channel down (%s); retrying every "
+                                "second, caches expire within their TTL", type(exc).__name__)
+                    self._warned = True
+                self.ready.clear()
                 self._stopping.wait(1.0)
             finally:
                 with contextlib.suppress(Exception):
