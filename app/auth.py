@@ -115,13 +115,20 @@ async def current_tenant(request: Request) -> Tenant:
                   created_at=entry.tenant_created_at)
 
 
-def metrics_token(request: Request) -> None:
+async def metrics_token(request: Request) -> None:
     """FastAPI dependency of ``/metrics``: the scrape token ``SODM_METRICS_TOKEN`` (not a
-    tenant's key); 404 while no token is configured."""
+    tenant's key); 404 while no token is configured. A wrong or missing token counts
+    against the client address's allowance, like a wrong key."""
     token = get_settings().metrics_token
     if not token:
         raise ProblemError(404, "Not Found", detail="metrics are off: set SODM_METRICS_TOKEN",
                            type="about:blank")
-    presented = bearer_key(request)
-    if not secrets.compare_digest(presented.encode(), token.encode()):
-        raise _unauthorized("wrong metrics scrape token")
+    await _limit_address(request, count=False)
+    try:
+        presented = bearer_key(request)
+        if not secrets.compare_digest(presented.encode(), token.encode()):
+            raise _unauthorized("wrong metrics scrape token")
+    except ProblemError:
+        await _limit_address(request, count=True)
+        raise
+    request.state.ratelimit = None

@@ -241,6 +241,8 @@ def test_requests_without_a_valid_key_are_limited_per_address(start_api, make_te
     # a key already known to this process is not held up by its address's failures
     assert httpx.get(server.url + "/datasets", headers=good).status_code == 200
     assert httpx.get(server.url + "/livez").status_code == 200  # probes are not limited
+    # nor is guessing the metrics scrape token
+    assert httpx.get(server.url + "/metrics", headers=bad).status_code == 429
 
 
 def _worker_files_with_livez(metrics_dir: Path) -> int:
