@@ -9,6 +9,7 @@ conditional on owning ``(worker, attempt)`` (see ``worker.lease``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -200,9 +201,9 @@ def _check(hb: Heartbeat) -> None:
         raise FitCancelled("cancel requested")
 
 
-def _fit_on_spark(c: ClaimedJob, progress, hb: Heartbeat) -> Any:
-    """Backend "spark" (``worker.spark_backend``, owned by the Spark part): trains on the
-    whole stored training dataset. A previous attempt's Spark work is interrupted first."""
+def _spark_job(c: ClaimedJob, hb: Heartbeat) -> Any:
+    """The job's Spark session (``worker.spark_backend.SparkJob``); a previous attempt's
+    Spark work is interrupted first."""
     from app.services import storage
     from worker import spark_backend
 
@@ -219,40 +220,28 @@ def _fit_on_spark(c: ClaimedJob, progress, hb: Heartbeat) -> Any:
             s.execute(update(Job).where(owned(c.job_id, c.worker, c.attempt))
                       .values(spark_session_id=sid))
 
-    params = {k: v for k, v in c.params.items() if k != "random_state"}
-    return spark_backend.train_on_spark(
-        storage.dataset_dir(c.dataset_id), params, c.seed, progress, hb.should_stop,
-        c.job_id, attempt=c.attempt, on_session=on_session)
+    return spark_backend.SparkJob(storage.dataset_dir(c.dataset_id), c.job_id,
+                                  should_stop=hb.should_stop, attempt=c.attempt,
+                                  on_session=on_session)
 
 
-def _spark_eval_rows(c: ClaimedJob) -> tuple[Any, np.ndarray, np.ndarray | None]:
-    """Evaluation rows of a Spark job: the test dataset, or else a bounded hash sample of the
-    training data (``spark_backend.evaluation_sample``; not held out: Spark trains on all
-    rows). The third item is not None when the rows come from the training data."""
+def _spark_rows(c: ClaimedJob) -> tuple[np.ndarray | None, np.ndarray, Any, np.ndarray]:
+    """A Spark job's rows without its training features, which stay with Spark:
+    ``(training row ids, None for all; their labels; X_test; y_test)``. The split is the
+    local backend's (same seed, same rows); only the held-out rows are loaded here."""
     from app.services import storage
-    from worker import spark_backend
 
-    n_features = int(storage.read_meta(storage.dataset_dir(c.dataset_id))["n_features"])
+    ddir = storage.dataset_dir(c.dataset_id)
+    y = storage.load_labels(ddir)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        return _fit_width(X_test, n_features), y_test, None
-    X_s, y_s = spark_backend.evaluation_sample(storage.dataset_dir(c.dataset_id),
-                                               c.test_fraction, c.seed)
-    return X_s, y_s, np.zeros(0, dtype=np.int64)
-
-
-def _fit(est: Any, X: Any, y: np.ndarray, c: ClaimedJob, hb: Heartbeat,
-         lo: float, hi: float, X_val: Any, y_val: Any) -> Any:
-    """Fit locally or hand over to the Spark backend; progress mapped into [lo, hi]."""
-
-    def progress(fraction: float, message: str, record: dict | None = None) -> None:
-        hb.report(lo + (hi - lo) * float(fraction), message,
-                  jsonable(record) if record else None)
-
-    if c.backend == "spark":
-        return _fit_on_spark(c, progress, hb)
-    return est.fit(X, y, X_val=X_val, y_val=y_val, progress=progress,
-                   should_stop=hb.should_stop)
+        n_features = int(storage.read_meta(ddir)["n_features"])
+        return None, y, _fit_width(X_test, n_features), y_test
+    train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
+    held = np.zeros(len(y), dtype=bool)
+    held[test_idx] = True
+    X_test, y_test = storage.load_dataset(ddir, keep=lambda rid: held[rid])
+    return train_idx, y[train_idx], X_test, y_test
 
 
 def run_claimed(c: ClaimedJob) -> str:
@@ -329,17 +318,24 @@ def _require_datasets(c: ClaimedJob) -> None:
 
 
 def _run(c: ClaimedJob, hb: Heartbeat) -> str:
+    with contextlib.ExitStack() as spark_scope:
+        return _run_in(c, hb, spark_scope)
+
+
+def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> str:
     seed = c.seed
     params = dict(c.params)
     est = build_estimator(c.algorithm, params, seed)
 
     hb.report(0.01, "loading data")
     _require_datasets(c)
-    train_idx: np.ndarray | None = None
+    spark_job: Any = None
     if c.backend == "spark":
-        # Spark reads the training data by path; this process loads only evaluation rows
-        X_train = y_train = None
-        X_test, y_test, train_idx = _spark_eval_rows(c)
+        # Spark reads the training rows by path; this process loads labels and test rows
+        X_train = None
+        train_rows, y_train, X_test, y_test = _spark_rows(c)
+        _check(hb)
+        spark_job = spark_scope.enter_context(_spark_job(c, hb))
     elif c.test_dataset_id:
         X, y = _load(c.dataset_id)
         X_test, y_test = _load(c.test_dataset_id)
@@ -364,15 +360,24 @@ def _run(c: ClaimedJob, hb: Heartbeat) -> str:
         params.update(search_result["best_params"])
         lo = 0.5
     hb.report(lo, "training")
+
+    def progress(fraction: float, message: str, record: dict | None = None) -> None:
+        hb.report(lo + (0.9 - lo) * float(fraction), message,
+                  jsonable(record) if record else None)
+
     t0 = time.perf_counter()
-    est = _fit(est, X_train, y_train, c, hb, lo, 0.9, None, None)
+    if spark_job is not None:
+        est = spark_job.fit({k: v for k, v in params.items() if k != "random_state"}, seed,
+                            rows=train_rows, progress=progress)
+        spark_scope.close()  # the Spark session ends with the training
+    else:
+        est.fit(X_train, y_train, progress=progress, should_stop=hb.should_stop)
     train_seconds = time.perf_counter() - t0
     _check(hb)
 
     hb.report(0.92, "evaluating")
     metrics, margin = evaluate(est, X_test, y_test)
-    # Spark trains on the whole stored dataset, so a test_fraction sample is not held out.
-    metrics["held_out"] = not (c.backend == "spark" and train_idx is not None)
+    metrics["held_out"] = True
     if search_result is not None:
         metrics["search"] = jsonable(search_result)
     _check(hb)

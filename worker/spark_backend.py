@@ -43,7 +43,8 @@ __all__ = [
     "spark_session",
     "train_on_spark",
     "interrupt_job",
-    "evaluation_sample",
+    "python_for_spark",
+    "SparkJob",
 ]
 
 _NS = uuid.UUID("6f1c1d2e-5a0b-4c55-9a3e-2b7f3c0d9e11")
@@ -212,34 +213,6 @@ def interrupt_job(job_id: str, session_id: str | None, settings: Any | None = No
     return _cancel_classic(sc, job_tag(job_id))
 
 
-def evaluation_sample(dataset_dir: str | Path, fraction: float, seed: int,
-                      max_rows: int = 100_000) -> tuple[Any, Any]:
-    """``(X, y)``: a deterministic sample of a stored dataset for a Spark job's metrics.
-
-    Row ``i`` is kept when ``splitmix64(seed, row_id)`` falls below ``rate * 2**64`` with
-    ``rate = min(fraction, max_rows / n_rows)``: the file is streamed, so the worker never
-    holds more than about ``max_rows`` rows of data that Spark trains on by path.
-    """
-    import numpy as np
-
-    from app.services import storage
-    from solver.partition import splitmix64
-
-    n_rows = int(storage.read_meta(Path(dataset_dir)).get("n_rows") or 0)
-    rate = min(float(fraction), max_rows / n_rows if n_rows else 1.0, 1.0)
-    threshold = np.uint64(min(int(rate * 2.0**64), 2**64 - 1))
-
-    salted = int(seed) ^ 0x5EED_E7A1  # not the partition dealing keys of the same seed
-
-    def keep(row_ids: np.ndarray) -> np.ndarray:
-        return splitmix64(salted, row_ids.astype(np.int64)) < threshold
-
-    X, y = storage.load_dataset(dataset_dir, keep=keep)
-    if len(y) == 0:  # tiny data: evaluate on everything rather than on nothing
-        X, y = storage.load_dataset(dataset_dir)
-    return X, y
-
-
 class _StopWatcher:
     """Polls ``should_stop`` in a thread and interrupts the job's Spark work when it fires."""
 
@@ -280,35 +253,88 @@ class _StopWatcher:
         return self.fired.is_set() or bool(self.should_stop and self.should_stop())
 
 
+class SparkJob:
+    """One job's work on Spark (context manager): the session with the job's tag / job group,
+    the stop watcher, and the fits and scores the job needs, all in that one session.
+
+    ``on_session(session_id)`` is called before any Spark work so the caller can persist the
+    Connect session id (``Job.spark_session_id``); a previous attempt's session of the same
+    job is interrupted by the caller via ``interrupt_job``. Work raises ``FitCancelled``
+    when ``should_stop()`` fires.
+    """
+
+    def __init__(self, dataset_dir: str | Path, job_id: str, *,
+                 should_stop: Callable[[], bool] | None = None, settings: Any | None = None,
+                 session_id: str | None = None, attempt: int = 1,
+                 on_session: Callable[[str], None] | None = None,
+                 poll_seconds: float = 0.5) -> None:
+        self.dataset_dir = Path(dataset_dir)
+        self.job_id = job_id
+        self.settings = _settings(settings)
+        self.session_id = session_id or session_id_for(job_id, attempt)
+        self.on_session = on_session
+        self.should_stop = should_stop
+        self.poll_seconds = poll_seconds
+        self._stack = contextlib.ExitStack()
+        self.spark: Any = None
+        self._watcher: _StopWatcher | None = None
+
+    def __enter__(self) -> SparkJob:
+        if self.on_session is not None and getattr(self.settings, "spark_remote", None):
+            self.on_session(self.session_id)
+        with contextlib.ExitStack() as stack:
+            self.spark = stack.enter_context(spark_session(
+                self.settings, job_id=self.job_id, session_id=self.session_id))
+            self._watcher = stack.enter_context(_StopWatcher(
+                self.spark, self.job_id, self.should_stop, self.poll_seconds))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def stopped(self) -> bool:
+        return self._watcher is not None and self._watcher.stopped()
+
+    @contextmanager
+    def _work(self) -> Iterator[None]:
+        """Spark errors after a stop request become ``FitCancelled``."""
+        try:
+            yield
+        except FitCancelled:
+            raise
+        except Exception as exc:
+            if self._watcher is not None and self._watcher.fired.is_set():
+                raise FitCancelled("Spark work interrupted by a cancel") from exc
+            raise
+
+    def fit(self, params: dict[str, Any], seed: int | None, *, rows: Any = None,
+            progress: Callable[[float, str, dict], None] | None = None) -> Any:
+        """A fitted ``SODMClassifier(**params)`` (``random_state`` is ``seed``) on the
+        dataset, or on the row ids ``rows`` only (as the local backend fits ``X[rows]``)."""
+        from solver.spark import fit_spark
+        from solver.spark.data import RowSubset
+
+        subset = None if rows is None else RowSubset.of(rows, self._n_rows())
+        with self._work():
+            return fit_spark(self.spark, self.dataset_dir, params, seed=seed, rows=subset,
+                             progress=progress, should_stop=self.stopped)
+
+    def _n_rows(self) -> int:
+        from app.services import storage
+
+        return int(storage.read_meta(self.dataset_dir)["n_rows"])
+
+
 def train_on_spark(dataset_dir: str | Path, params: dict[str, Any], seed: int | None,
                    progress: Callable[[float, str, dict], None] | None,
                    should_stop: Callable[[], bool] | None, job_id: str, *,
                    settings: Any | None = None, session_id: str | None = None,
-                   attempt: int = 1,
+                   attempt: int = 1, rows: Any = None,
                    on_session: Callable[[str], None] | None = None,
                    poll_seconds: float = 0.5) -> Any:
-    """Train SODM on Spark over the stored dataset and return a fitted ``SODMClassifier``.
-
-    ``params`` are ``SODMClassifier`` keyword arguments (``random_state`` is ``seed``).
-    ``on_session(session_id)`` is called before any Spark work so the caller can persist the
-    Connect session id (``Job.spark_session_id``); before starting, a previous attempt's
-    session of the same job is interrupted by the caller via ``interrupt_job``. Raises
-    ``FitCancelled`` when ``should_stop()`` fires.
-    """
-    from solver.spark import fit_spark
-
-    s = _settings(settings)
-    sid = session_id or session_id_for(job_id, attempt)
-    if on_session is not None and getattr(s, "spark_remote", None):
-        on_session(sid)
-    with spark_session(s, job_id=job_id, session_id=sid) as spark, \
-            _StopWatcher(spark, job_id, should_stop, poll_seconds) as watcher:
-        try:
-            return fit_spark(spark, Path(dataset_dir), params, seed=seed, progress=progress,
-                             should_stop=watcher.stopped)
-        except FitCancelled:
-            raise
-        except Exception as exc:
-            if watcher.fired.is_set():
-                raise FitCancelled("Spark work interrupted by a cancel") from exc
-            raise
+    """One fit in a job of its own (:class:`SparkJob`): a fitted ``SODMClassifier``."""
+    with SparkJob(dataset_dir, job_id, should_stop=should_stop, settings=settings,
+                  session_id=session_id, attempt=attempt, on_session=on_session,
+                  poll_seconds=poll_seconds) as job:
+        return job.fit(params, seed, rows=rows, progress=progress)

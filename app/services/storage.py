@@ -219,6 +219,22 @@ def _read_rows(path: Path, keep: Callable[[np.ndarray], np.ndarray]) -> pa.Table
     return pa.Table.from_batches(batches, schema=pf.schema_arrow)
 
 
+def _labels(table: pa.Table, meta: dict[str, Any]) -> np.ndarray:
+    y = table.column("label").to_numpy(zero_copy_only=False)
+    return np.asarray(y, dtype=str) if meta.get("label_type") == "str" else y
+
+
+def load_labels(directory: Path | str) -> np.ndarray:
+    """The labels alone (original values, ``row_id`` order): what splitting the rows needs
+    when the features stay with Spark."""
+    directory = Path(directory)
+    table = pq.read_table(directory / DATA_FILE, columns=["row_id", "label"])
+    row_id = table.column("row_id").to_numpy()
+    if row_id.size and not np.all(row_id[:-1] < row_id[1:]):
+        table = table.take(pa.array(np.argsort(row_id, kind="stable")))
+    return _labels(table, read_meta(directory))
+
+
 def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarray] | None = None
                  ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """Read a stored dataset: ``(X, y)`` with X dense float64 (n, d) or CSR for the sparse
@@ -233,9 +249,7 @@ def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarr
         table = table.take(pa.array(np.argsort(row_id, kind="stable")))
     n = table.num_rows
     d = int(meta["n_features"])
-    y = table.column("label").to_numpy(zero_copy_only=False)
-    if meta.get("label_type") == "str":
-        y = np.asarray(y, dtype=str)
+    y = _labels(table, meta)
     if meta["layout"] == "sparse":
         idx = table.column("indices").combine_chunks()
         val = table.column("values").combine_chunks()

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ["sql", "DataInfo", "Summary", "ddl_fields", "load_frame", "batch_X", "model_space",
-           "summarize", "batch_moments", "merge_partials"]
+__all__ = ["sql", "DataInfo", "Summary", "RowSubset", "ddl_fields", "load_frame", "select_rows",
+           "batch_X", "model_space", "summarize", "batch_moments", "merge_partials"]
 
 
 def sql(obj: Any) -> tuple[Any, Any]:
@@ -72,6 +72,59 @@ def load_frame(spark: Any, dataset_dir: Path) -> tuple[Any, DataInfo]:
     n_rows = int(meta["n_rows"]) if "n_rows" in meta else None
     return df, DataInfo(layout=layout, n_features=n_features, feature_cols=cols,
                         n_rows=n_rows)
+
+
+@dataclass(frozen=True)
+class RowSubset:
+    """Some rows of a stored dataset (its ``row_id`` values), as the executors need them: a
+    bitmap of ``n_rows / 8`` bytes plus the kept rows before every block of ``BLOCK`` rows.
+
+    A kept row's new id is its rank among the kept rows, which is its row index in the local
+    backend's ``X[ids]`` (row identity drives the reproducible partitions and samples)."""
+
+    BLOCK = 8192
+
+    n_rows: int
+    size: int
+    bits: np.ndarray  # uint8, little bit order: bit r says whether row r is kept
+    before: np.ndarray  # int64: kept rows with id < b * BLOCK
+
+    @classmethod
+    def of(cls, ids: np.ndarray, n_rows: int) -> RowSubset:
+        """The subset of the distinct row ids ``ids`` among ``0 .. n_rows - 1``."""
+        mask = np.zeros(int(n_rows), dtype=bool)
+        mask[np.asarray(ids, dtype=np.int64)] = True
+        counts = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+        return cls(n_rows=int(n_rows), size=int(counts[-1]),
+                   bits=np.packbits(mask, bitorder="little"), before=counts[::cls.BLOCK])
+
+    def rank(self, row_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(kept, new_id)`` for the row ids of one batch (``new_id`` valid where kept)."""
+        rid = np.asarray(row_id, dtype=np.int64)
+        if rid.size == 0:
+            return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64)
+        inside = (rid >= 0) & (rid < self.n_rows)
+        r = np.where(inside, rid, 0)
+        lo = int(r.min()) // self.BLOCK * self.BLOCK
+        hi = int(r.max()) + 1
+        seg = np.unpackbits(self.bits[lo // 8:(hi + 7) // 8], bitorder="little",
+                            count=hi - lo).astype(bool)
+        kept = inside & seg[r - lo]
+        new_id = self.before[lo // self.BLOCK] + np.cumsum(seg, dtype=np.int64)[r - lo] - 1
+        return kept, new_id
+
+
+def select_rows(df: Any, rows: RowSubset) -> Any:
+    """``df`` restricted to ``rows``, each kept row's ``row_id`` replaced by its new id."""
+
+    def keep(batches):
+        for pdf in batches:
+            kept, new_id = rows.rank(pdf["row_id"].to_numpy(dtype=np.int64))
+            out = pdf[kept].copy()
+            out["row_id"] = new_id[kept]
+            yield out
+
+    return df.mapInPandas(keep, ", ".join(ddl_fields(df)))
 
 
 def batch_X(pdf: pd.DataFrame, info: DataInfo) -> np.ndarray | sp.csr_matrix:

@@ -22,7 +22,15 @@ import scipy.sparse as sp
 
 from solver.exceptions import FitCancelled
 from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
-from solver.spark.data import batch_X, load_frame, model_space, sql, summarize
+from solver.spark.data import (
+    RowSubset,
+    batch_X,
+    load_frame,
+    model_space,
+    select_rows,
+    sql,
+    summarize,
+)
 from solver.training import fit_info, iterations, jsonable, resolve_gamma, seed_for
 
 __all__ = ["fit_spark"]
@@ -51,9 +59,11 @@ def _base_partitions(spark: Any, n_rows: int) -> int:
 
 
 def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: int | None,
+              rows: RowSubset | None = None,
               progress: Callable[[float, str, dict], None] | None = None,
               should_stop: Callable[[], bool] | None = None) -> Any:
-    """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` with Spark."""
+    """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` with Spark:
+    on every row, or on ``rows`` only, as the local backend fits ``X[ids]``."""
     from solver.estimators import SODMClassifier, build_fitted
     from solver.preprocessing import MinMaxScaler
 
@@ -64,6 +74,11 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     seed_int = seed_for(seed)
     _set_runtime_confs(spark)
     df, info = load_frame(spark, Path(dataset_dir))
+    if rows is not None:
+        if info.n_rows is not None and info.n_rows != rows.n_rows:
+            raise ValueError(f"the row subset is for {rows.n_rows} rows, the dataset has "
+                             f"{info.n_rows}")
+        df, info.n_rows = select_rows(df, rows), rows.size
     n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
         else int(est.landmark_candidates)
     # one pass: labels, rows, min / max, moments and the landmark candidates' raw rows

@@ -100,6 +100,20 @@ def test_landmarks_from_a_candidate_sample_match_the_local_backend(
     assert _rel_diff(f_local, everyone.decision_function(X)) > 1e-6
 
 
+def test_row_subset_matches_local_fit_on_those_rows(local_settings, spark_dataset: Path,
+                                                    small_partitions) -> None:
+    """``rows``: Spark trains on those rows only, renumbered as the local ``X[rows]`` (row
+    identity drives the partitions), so the model is the local one on the same rows."""
+    X, y = _stored(spark_dataset)
+    rows = np.sort(np.random.default_rng(1).choice(len(y), 300, replace=False))
+    local = SODMClassifier(**KERNEL_PARAMS, random_state=SEED).fit(X[rows], y[rows])
+    est = train_on_spark(spark_dataset, KERNEL_PARAMS, SEED, None, None, "train-rows",
+                         settings=local_settings, rows=rows)
+    assert est.fit_info_["n_train"] == 300
+    assert _rel_diff(local.decision_function(X), est.decision_function(X)) <= 1e-6
+    np.testing.assert_array_equal(est.support_, local.support_)
+
+
 def test_gamma_scale_close_to_local_backend(local_settings, spark_dataset: Path) -> None:
     """gamma="scale" uses the variance of all scaled entries: the distributed sum differs from
     ``np.var`` by rounding (~1e-16 relative), which can move the local solvers' stopping
