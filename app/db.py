@@ -88,8 +88,8 @@ def releasing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
 
     FastAPI validates a sync endpoint's response on a threadpool token. Holding a pooled
     connection until then deadlocks a burst: every token is taken by handlers waiting for
-    a connection, every connection by requests waiting for a token, until the pool timeout
-    (500s from ``bench/service_load.py``'s burst of 100 ``POST /train``)."""
+    a connection, every connection by requests waiting for a token (measured in
+    docs/reliability.md)."""
     if getattr(endpoint, "_releases_session", False):
         return endpoint
 

@@ -1,7 +1,7 @@
 """The worker's Celery application: the broker settings it shares with the service's task
 client (``app.services.task_client.celery_config``: Redis in the real stack, kombu's
 SQLAlchemy transport on the embedded defaults), reliability settings for long training tasks
-(service-practice section 5.1) and the reaper thread of every worker.
+(late acks, one message at a time, time limits) and the reaper thread of every worker.
 
 Postgres holds the job state; results are ignored. ``acks_late`` + ``reject_on_worker_lost``
 redeliver a job whose pool child died; the claim in ``worker.lease`` and the attempt counter

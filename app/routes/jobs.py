@@ -75,8 +75,7 @@ async def _events(job_id: str) -> AsyncIterator[str]:
 
     Async on purpose: between polls a stream waits on the event loop, and each poll takes a
     worker thread only for its query, so open streams never hold the threads that sync
-    routes need (a sync generator slept on a thread: 50 open streams delayed a plain
-    ``GET /datasets`` by 14 s)."""
+    routes need (docs/reliability.md measures what a sleeping sync generator cost)."""
     last_state: str | None = None
     last_progress: tuple | None = None
     last_sent = time.monotonic()

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.reliability.conftest import one, via
-from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, wait_job
+from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, wait_job, wait_no_delivery
 
 # 10x SECONDS_ODM's epochs (about 10 s on an idle 2-core machine): long
 # enough to outlast a 3 s visibility timeout by a wide margin, short enough to run once
@@ -171,7 +171,7 @@ def test_sigterm_hands_the_job_back(client, start_worker, guide, db):
     assert stopped_in < 30, f"the worker took {stopped_in:.1f}s to stop"
 
 
-def test_time_limit_fails_cleanly(client, start_worker, guide, db):
+def test_time_limit_fails_cleanly(client, start_worker, guide, db, stack_env):
     """A job past SODM_JOB_TIME_LIMIT_SECONDS (soft limit 1 s earlier) ends FAILED with a
     time-limit problem on its first attempt (no redelivery); the pool child survives and is
     idle again, and no model is stored."""
@@ -183,7 +183,8 @@ def test_time_limit_fails_cleanly(client, start_worker, guide, db):
     assert done["attempt"] == 1
     assert done["error"]["type"].endswith("/time-limit"), done["error"]
     assert done["model_id"] is None and _models(db, job["id"]) == 0
-    time.sleep(3)  # no redelivery, no second attempt
+    # no redelivery, no second attempt: nothing of the job is left in the broker
+    wait_no_delivery(stack_env["CELERY_BROKER_URL"], stack_env["SODM_CELERY_QUEUE"], job["id"])
     assert client.get(f"/jobs/{job['id']}").json()["attempt"] == 1
     assert child.is_running() and w.children() == [child]
     child.cpu_percent(None)

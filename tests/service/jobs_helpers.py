@@ -76,3 +76,26 @@ def wait_job(client: httpx.Client, job_id: str, states: set[str] | None = None,
             raise AssertionError(f"job ended {job['state']}: {job.get('error')}")
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} still {job.get('state')} after {timeout}s: {job}")
+
+
+def wait_no_delivery(broker_url: str, queue: str, job_id: str, timeout: float = 120.0) -> None:
+    """Wait until no message of ``job_id`` waits in ``queue`` or is in flight (kombu's Redis
+    ``unacked`` hash holds every delivered, unacknowledged message). After that no worker can
+    start another attempt of the job: the event a "no further attempt" check waits for,
+    instead of sleeping for a guess of how long a redelivery takes."""
+    import redis
+
+    r = redis.Redis.from_url(broker_url)
+    needle = job_id.encode()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            waiting = [m for m in r.lrange(queue, 0, -1) if needle in m]
+            in_flight = [v for v in r.hvals("unacked") if needle in v]
+            if not waiting and not in_flight:
+                return
+            assert time.monotonic() < deadline, \
+                f"job {job_id}: {len(waiting)} queued, {len(in_flight)} unacked after {timeout}s"
+            time.sleep(0.1)
+    finally:
+        r.close()

@@ -13,7 +13,14 @@ import psutil
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, upload_as, wait_job
+from tests.service.jobs_helpers import (
+    LONG_ODM,
+    SECONDS_ODM,
+    submit,
+    upload_as,
+    wait_job,
+    wait_no_delivery,
+)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +97,7 @@ def test_killed_child_retried_and_succeeds_once(client, worker, guide, db):
     assert [m["id"] for m in models] == [done["model_id"]] and models[0]["version"] == 1
 
 
-def test_poison_job_fails_after_max_attempts(client, worker, guide):
+def test_poison_job_fails_after_max_attempts(client, worker, guide, stack_env):
     job = submit(client, {"dataset_id": guide["id"], "algorithm": "odm", "params": LONG_ODM,
                           "test_fraction": 0.2})
     max_attempts = job["max_attempts"]
@@ -100,7 +107,8 @@ def test_poison_job_fails_after_max_attempts(client, worker, guide):
     assert done["state"] == "FAILED"
     assert done["attempt"] == max_attempts
     assert done["error"]["type"].endswith("/worker-lost")
-    time.sleep(3)  # redelivered messages are refused by the claim: no further attempt
+    # every redelivered message is refused by the claim: once none is left, no attempt more
+    wait_no_delivery(stack_env["CELERY_BROKER_URL"], stack_env["SODM_CELERY_QUEUE"], job["id"])
     again = client.get(f"/jobs/{job['id']}").json()
     assert again["state"] == "FAILED" and again["attempt"] == max_attempts
 
