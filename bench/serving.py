@@ -326,7 +326,9 @@ def bench_tree(name: str, tree: Path, workers: int, args: argparse.Namespace, es
     env = {**os.environ, "DATABASE_URL": url, "SODM_DATA_DIR": str(data_dir),
            "CELERY_BROKER_URL": f"{REDIS_URL}/{random.randint(1, 15)}",
            "SODM_CELERY_QUEUE": f"sodm-bench-{uuid.uuid4().hex[:10]}",
-           "SODM_RATE_LIMIT_PER_MINUTE": "100000000", "PYTHONPATH": str(tree)}
+           "SODM_RATE_LIMIT_PER_MINUTE": "100000000", "PYTHONPATH": str(tree),
+           **dict(kv.split("=", 1) for t, kv in (e.split(":", 1) for e in args.env)
+                  if t == name)}
     env.pop("VIRTUAL_ENV", None)
     out = subprocess.run([sys.executable, "-c", REGISTER, url, str(data_dir),
                           str(MODEL_FILE), str(est._svz.shape[0])], cwd=tree, env=env,
@@ -354,7 +356,7 @@ def bench_tree(name: str, tree: Path, workers: int, args: argparse.Namespace, es
             text = bodies[key].read_text().replace("MODEL_ID", reg["model_id"])
             bodies[key].with_name(f"{name}-{key}.json").write_text(text)
         runs = []
-        scenarios = [("single", 1), ("single", 50), ("batch", 50)]
+        scenarios = [(k, int(c)) for k, c in (x.rsplit("-", 1) for x in args.scenarios)]
         for kind, conns in scenarios:
             body = bodies[kind].with_name(f"{name}-{kind}.json")
             # warm up with one connection, then wait until the API is idle again (a
@@ -409,7 +411,7 @@ def markdown(results: dict[str, Any]) -> str:
         return s
 
     first = results["trees"][names[0]]
-    for i, r in enumerate(first["runs"]):
+    for i, r in enumerate(first["runs"]):  # every tree runs the same scenarios
         label = f"{r['rows_per_request']} row(s), {r['connections']} conn"
         lines.append(f"| {label} | " + " | ".join(cell(results["trees"][n], i)
                                                    for n in names) + " |")
@@ -439,6 +441,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="also batch decision values in-process vs scikit-learn/onnxruntime")
     ap.add_argument("--out", type=Path, help="write the JSON document here too")
     ap.add_argument("--keep", type=Path, help="keep logs, bodies and raw profiles here")
+    ap.add_argument("--env", action="append", default=[],
+                    help="NAME:VAR=VALUE, an environment variable for one tree's API")
+    ap.add_argument("--scenarios", nargs="+", default=["single-1", "single-50", "batch-50"],
+                    help="KIND-CONNECTIONS with KIND single (one row) or batch")
     args = ap.parse_args(argv)
     trees = [t.split("=", 1) for t in (args.tree or ["after=."])]
     workers = {n: int(args.workers) for n, _ in trees} if "=" not in args.workers else {
