@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     # connect and socket timeout of every broker call (a silent Redis never hangs a request)
     broker_timeout_seconds: float = Field(default=5.0, gt=0, alias="SODM_BROKER_TIMEOUT_SECONDS")
     model_cache_size: int = Field(default=16, alias="SODM_MODEL_CACHE_SIZE")
+    # batch prediction jobs read this many bytes of dense float64 rows at a time
+    predict_batch_bytes: int = Field(default=32 << 20, ge=1, alias="SODM_PREDICT_BATCH_BYTES")
 
     # server-side maximums of the POST /train parameters that cost memory or time
     # (app.services.algorithms names each parameter's limit; above it: a 422 naming it)

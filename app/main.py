@@ -32,6 +32,7 @@ from app.routes import (
     jobs,
     models,
     predict,
+    predictions,
     train,
 )
 from app.schemas.common import problem_responses
@@ -57,6 +58,7 @@ ROUTER_PROBLEMS = {
     "app.routes.jobs": problem_responses(*_AUTHED, 404, 409),
     "app.routes.models": problem_responses(*_AUTHED, 404),
     "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
+    "app.routes.predictions": problem_responses(*_AUTHED, 404, 409),
 }
 
 
@@ -88,7 +90,8 @@ def create_app() -> FastAPI:
                   redoc_url=None, generate_unique_id_function=lambda route: route.name,
                   lifespan=lifespan)
     install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
-    for module in (health, algorithms, datasets, train, jobs, models, predict, dashboard, docs):
+    for module in (health, algorithms, datasets, train, jobs, models, predict, predictions,
+                   dashboard, docs):
         for route in module.router.routes:
             if not isinstance(route, APIRoute):
                 continue

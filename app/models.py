@@ -48,6 +48,11 @@ TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING)
 
 
+class JobKind(StrEnum):
+    TRAIN = "train"
+    PREDICT = "predict"
+
+
 def new_id() -> str:
     return str(uuid.uuid4())
 
@@ -106,6 +111,10 @@ class Job(Base):
     )
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    # "train" (dataset -> a model version) or "predict" (model_id's model over dataset_id ->
+    # a predictions file); both share the engine: claim, lease, progress, cancel
+    kind: Mapped[str] = mapped_column(String(16), default=JobKind.TRAIN,
+                                      server_default=JobKind.TRAIN.value)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"), index=True)
     test_dataset_id: Mapped[str | None] = mapped_column(ForeignKey("datasets.id"), nullable=True)
     algorithm: Mapped[str] = mapped_column(String(32))

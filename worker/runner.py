@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from app.config import get_settings
 from app.db import session_scope
-from app.models import Dataset, Job, JobState, Model, utcnow
+from app.models import Dataset, Job, JobKind, JobState, Model, utcnow
 from app.problems import ProblemError
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
@@ -279,6 +279,8 @@ def run_claimed(c: ClaimedJob) -> str:
                           500)
         elif isinstance(exc, DatasetGone):
             err = problem("dataset-gone", "Dataset deleted", str(exc), 404)
+        elif isinstance(exc, PredictionFailed):
+            err = problem(exc.kind, exc.title, str(exc), exc.status)
         elif isinstance(exc, ValueError):
             err = problem("training-failed", "Training failed", f"{exc}")
         else:
@@ -317,7 +319,60 @@ def _require_datasets(c: ClaimedJob) -> None:
             raise DatasetGone(f"dataset {i} was deleted before the job ran")
 
 
+class PredictionFailed(Exception):
+    """A batch prediction that cannot run (its model was deleted, the columns do not fit)."""
+
+    def __init__(self, kind: str, title: str, detail: str, status: int = 422) -> None:
+        super().__init__(detail)
+        self.kind, self.title, self.status = kind, title, status
+
+
+def _kind(job_id: str) -> str:
+    with session_scope() as s:
+        return s.scalar(select(Job.kind).where(Job.id == job_id)) or JobKind.TRAIN
+
+
+def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
+    """A batch prediction job: the job's model over its dataset, streamed into
+    ``predictions/{job id}.parquet`` (``worker.batch``); progress per batch, cancellable."""
+    from app.services import storage
+    from solver.model_io import load_model
+    from worker.batch import predict_dataset
+
+    with session_scope() as s:
+        model_id = s.scalar(select(Job.model_id).where(Job.id == c.job_id))
+        m = s.get(Model, model_id) if model_id else None
+        if m is None or m.deleted_at is not None:
+            raise PredictionFailed("model-gone", "Model deleted",
+                                   f"model {model_id} was deleted before the job ran", 404)
+        file_path, names = m.file_path, m.feature_names
+    _require_datasets(c)
+    hb.report(0.01, "loading the model")
+    est = load_model(get_settings().data_dir / file_path)
+    directory = storage.dataset_dir(c.dataset_id)
+
+    def progress(done: int, total: int) -> None:
+        hb.report(0.02 + 0.97 * done / max(1, total), f"predicted {done:,} of {total:,} rows")
+
+    try:
+        summary = predict_dataset(est, directory, storage.prediction_path(c.job_id),
+                                  storage.read_meta(directory), names,
+                                  batch_bytes=get_settings().predict_batch_bytes,
+                                  progress=progress, should_stop=hb.should_stop)
+    except ValueError as exc:
+        raise PredictionFailed("prediction-failed", "Prediction failed", str(exc)) from exc
+    _check(hb)
+    record = jsonable({**summary, "model_id": model_id})
+    if finish(c, JobState.SUCCEEDED, history=[record], from_states=(JobState.RUNNING,)):
+        return JobState.SUCCEEDED
+    if finish(c, JobState.CANCELLED, history=[record], from_states=(JobState.CANCELLING,)):
+        return JobState.CANCELLED
+    raise JobLost(c.job_id)
+
+
 def _run(c: ClaimedJob, hb: Heartbeat) -> str:
+    if _kind(c.job_id) == JobKind.PREDICT:
+        return _predict(c, hb)
     with contextlib.ExitStack() as spark_scope:
         return _run_in(c, hb, spark_scope)
 

@@ -70,7 +70,7 @@ def _read_job(job_id: str) -> dict | None:
         return None if job is None else jobs_service.job_out(job)
 
 
-async def _events(job_id: str) -> AsyncIterator[str]:
+async def event_stream(job_id: str) -> AsyncIterator[str]:
     """Poll the job row; emit ``state`` and ``progress`` events until a terminal state.
 
     Async on purpose: between polls a stream waits on the event loop, and each poll takes a
@@ -111,5 +111,5 @@ def job_events(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> StreamingResponse:
     """Server-sent events: ``state`` and ``progress`` (JSON data); ends at a terminal state."""
     jobs_service.get_job(session, tenant, job_id)  # 404 for unknown / other tenant's jobs
-    return StreamingResponse(_events(job_id), media_type="text/event-stream",
+    return StreamingResponse(event_stream(job_id), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

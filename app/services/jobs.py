@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from app.config import get_settings
 from app.db import session_scope
 from app.logs import current_request_id
-from app.models import Dataset, Job, JobState, Tenant, utcnow
+from app.models import Dataset, Job, JobKind, JobState, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.jobs import TrainRequestBase
 from app.services import task_client
@@ -257,7 +257,7 @@ def get_job(session: Session, tenant: Tenant, job_id: str) -> Job:
 def list_jobs(session: Session, tenant: Tenant, state: str | None, cursor: str | None,
               limit: int, *, dataset_id: str | None = None,
               name: str | None = None) -> tuple[list[Job], str | None]:
-    stmt = select(Job).where(Job.tenant_id == tenant.id)
+    stmt = select(Job).where(Job.tenant_id == tenant.id, Job.kind == JobKind.TRAIN)
     if state:
         stmt = stmt.where(Job.state == state)
     if dataset_id:

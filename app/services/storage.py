@@ -61,6 +61,11 @@ def file_of(m: Any) -> Path:
     return (data_root() / m.file_path).resolve()
 
 
+def prediction_path(job_id: str) -> Path:
+    """The output of a batch prediction job (``predictions/{job id}.parquet``)."""
+    return data_root() / "predictions" / f"{_safe_id(job_id)}.parquet"
+
+
 def tmp_root() -> Path:
     path = data_root() / "tmp"
     path.mkdir(parents=True, exist_ok=True)

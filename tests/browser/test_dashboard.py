@@ -274,10 +274,11 @@ def test_phone_width_and_keyboard(browser, api_server: str, make_tenant, screens
         guard.reload()  # signed in for this tab; focus starts at the top of the document
         page.locator("#jobs-table .empty-state").wait_for()
         order = []
-        for _ in range(6):
+        for _ in range(7):
             page.keyboard.press("Tab")
             order.append(page.evaluate("document.activeElement.textContent.trim()"))
-        assert order == ["Skip to content", "SODM", "Jobs", "Models", "Datasets", "Train"], order
+        assert order == ["Skip to content", "SODM", "Jobs", "Models", "Datasets", "Predictions",
+                         "Train"], order
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], f"horizontal scroll at phone width: {width}px"
         snap(page, screenshot, "phone-jobs-empty")

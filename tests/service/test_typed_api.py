@@ -29,7 +29,9 @@ OPERATION_IDS = {
     "livez", "readyz", "metrics", "list_algorithms", "upload_dataset", "list_datasets",
     "get_dataset", "delete_dataset", "train", "list_jobs", "get_job", "cancel_job",
     "job_events", "list_models", "get_model", "delete_model", "model_file", "predict",
-    "update_model", "list_aliases", "set_alias", "delete_alias",
+    "update_model", "list_aliases", "set_alias", "delete_alias", "create_prediction",
+    "list_predictions", "get_prediction", "cancel_prediction", "prediction_events",
+    "prediction_result",
 }
 
 

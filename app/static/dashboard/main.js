@@ -9,6 +9,7 @@ import { renderJob } from "./pages/job.js";
 import { renderJobs } from "./pages/jobs.js";
 import { renderModel } from "./pages/model.js";
 import { renderModels } from "./pages/models.js";
+import { renderPredictions } from "./pages/predictions.js";
 import { renderSignIn } from "./pages/signin.js";
 import { renderTrain } from "./pages/train.js";
 import { h, toast } from "./ui.js";
@@ -23,6 +24,7 @@ const ROUTES = [
   [/^\/models\/([\w-]+)$/, "models", renderModel],
   [/^\/datasets\/?$/, "datasets", renderDatasets],
   [/^\/datasets\/([\w-]+)$/, "datasets", renderDataset],
+  [/^\/predictions\/?$/, "predictions", renderPredictions],
   [/^\/train\/?$/, "train", renderTrain],
 ];
 

@@ -5,6 +5,7 @@
 import { api, download } from "../api.js";
 import { marginHistogram, rocCurve } from "../charts.js";
 import { dl, fmtDate, fmtNum, fmtPct, h, link, pageHeader, problemBox, section, shortId, table, toast } from "../ui.js";
+import { batchForm } from "./predictions.js";
 import { registrySection } from "./registry.js";
 
 /**
@@ -123,7 +124,7 @@ function predictBox(model) {
   btn, out);
 }
 
-export async function renderModel(main, { id, signal }) {
+export async function renderModel(main, { id, signal, navigate }) {
   const m = await api(`/models/${id}`, { signal });
   document.title = `${m.name} v${m.version} · SODM`;
   const dlBtn = h("button#download", { type: "button", onclick: async () => {
@@ -148,6 +149,7 @@ export async function renderModel(main, { id, signal }) {
             ? `ROC AUC ${fmtNum(metrics.roc_auc)}; the API gives no curve points for this model.` : "Not available.")))),
     section("Margin distribution", marginSection(m.margin)),
     section("Predict", predictBox(m)),
+    section("Batch prediction", h("p.muted.small", {}, "Runs this model over every row of a stored dataset (in the background, any size); the result downloads as Parquet or CSV."), batchForm(m, navigate)),
     section("Registry", registrySection(m)),
     section("Details", dl([
       ["Model id", h("code", {}, m.id)],

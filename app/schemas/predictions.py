@@ -1,0 +1,59 @@
+"""Request and response bodies of the batch prediction jobs (``/predictions``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.models import JobState
+from app.schemas.common import ID_PATTERN
+from app.schemas.jobs import Progress
+
+
+class PredictionRequest(BaseModel):
+    """``POST /predictions``: a model (by id or reference) over a stored dataset."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={
+        "examples": [{"model": "churn@champion",
+                      "dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21"}]})
+
+    dataset_id: str = Field(min_length=1, max_length=64, pattern=ID_PATTERN)
+    model_id: str | None = Field(default=None, max_length=64, pattern=ID_PATTERN)
+    model: str | None = Field(default=None, max_length=270, pattern=r"^[^\x00-\x1f\x7f]+$",
+                              description='"name", "name@latest", "name@3" or "name@alias" '
+                              '(resolved when the job is created)')
+
+
+class PredictionResult(BaseModel):
+    rows: int
+    seconds: float
+    bytes: int = Field(description="size of the Parquet file")
+
+
+class PredictionJobOut(BaseModel):
+    """A batch prediction job: its model (resolved at creation), dataset, state, progress
+    and, once SUCCEEDED, the result's size and download links (Parquet or CSV)."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    id: str
+    state: JobState
+    model_id: str
+    model_name: str | None
+    version: int | None
+    dataset_id: str
+    progress: Progress
+    result: PredictionResult | None
+    error: dict[str, Any] | None
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    links: dict[str, str]
+
+
+class PredictionJobList(BaseModel):
+    items: list[PredictionJobOut]
+    next_cursor: str | None
