@@ -39,6 +39,11 @@ BY_FIXTURE = {
     "stack": ("api_server", "start_api", "start_api_module", "client", "worker",
               "start_worker", "start_worker_module"),
 }
+# tests that start service processes themselves (subprocess) in modules of the fast tier
+BY_TEST = {
+    "stack": ("service/test_serving.py::test_metrics_add_up_across_serve_workers",
+              "service/test_migrations.py::test_concurrent_migrate_commands_serialise"),
+}
 # modules that start service processes themselves, and the long ones of each directory
 BY_MODULE = {
     "stack": ("service/test_cli.py", "service/test_embedded.py", "test_quickstart.py",
@@ -64,6 +69,10 @@ def tiers_of(item: pytest.Item) -> set[str]:
             out.add(marker)
     for marker, modules in BY_MODULE.items():
         if rel in modules:
+            out.add(marker)
+    name = getattr(item, "originalname", item.name)
+    for marker, tests in BY_TEST.items():
+        if f"{rel}::{name}" in tests:
             out.add(marker)
     return out
 
