@@ -121,7 +121,7 @@ def method_table(name: str, ds: dict, cap: float) -> list[str]:
              f"{ds['n_features']} features, repeats {ds.get('repeats', 1)})", "",
              "| method | hyperparameters | CPU s, 1 core | wall s, 1 core | wall s, 2 cores "
              "(n_jobs=2) | test acc | CPU / peer | acc − peer | peak RSS MB | #SV | model KB "
-             "| predict s / 1k rows |",
+             "| predict ms / 1k rows |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in [m for m in METHODS if m in ds.get("methods", {})]:
         row, meth = ds["methods"][m], METHODS[m]
@@ -146,7 +146,7 @@ def method_table(name: str, ds: dict, cap: float) -> list[str]:
                      f"{_range(s, 'fit_cpu_s', '.2f')} | {_range(s, 'fit_s', '.2f')} | {two} | "
                      f"{_range(s, 'accuracy', '.4f')} | {ratio} | {diff} | "
                      f"{s['peak_rss_mb']:.0f} | {nsv} | {kb} | "
-                     f"{_f(s.get('predict_s_per_1k'), '.4f')} |")
+                     f"{_f(s.get('predict_s_per_1k', 0) * 1000, '.3g')} |")
     return lines + [""]
 
 
@@ -543,8 +543,8 @@ def protocol_lines(results: dict) -> list[str]:
         "- **Model size**: #SV = support vectors (Nystroem: its landmarks; linear ODM: the "
         "instances outside the θ band); model KB = our model file (`solver.model_io`, a "
         "deflated zip of .npy arrays) or, for scikit-learn models, a deflated `.npz` of every "
-        "fitted array; predict s / 1k rows = wall seconds of `predict` on the test split per "
-        "1,000 rows, one core.",
+        "fitted array; predict ms / 1k rows = wall milliseconds of `predict` on the test split "
+        "per 1,000 rows, one core.",
         "- **One run**: every number in this document comes from the command above, run end to "
         "end after the last code change; earlier runs are records in `docs/bench-runs/`, "
         "never merged in.",
@@ -556,6 +556,9 @@ def protocol_lines(results: dict) -> list[str]:
 
 
 def render(results: dict, img: Path, rel: str, notes: Path = NOTES) -> str:
+    # an interrupted run: datasets it never reached have no rows
+    results = {**results, "datasets": {k: v for k, v in results["datasets"].items()
+                                       if "n_train" in v}}
     mach = results["machine"]
     cap = results["config"]["timeout_s"]
     out = ["# Benchmarks", "",
