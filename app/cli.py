@@ -70,6 +70,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    if args.no_access_log:  # the API processes' own per-request line (app.logs) too
+        os.environ["SODM_ACCESS_LOG"] = "0"
+        get_settings.cache_clear()
     s = get_settings()
     workers = max(1, int(args.workers))
     os.environ["SODM_API_WORKERS"] = str(workers)

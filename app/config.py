@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     # and job ids bound to the record (app.logs)
     log_format: Literal["text", "json"] = Field(default="text", alias="SODM_LOG_FORMAT")
     log_level: str = Field(default="INFO", alias="SODM_LOG_LEVEL")
+    # one log line per API request (`sodm serve --no-access-log` turns it off)
+    access_log: bool = Field(default=True, alias="SODM_ACCESS_LOG")
 
     @field_validator("cors_origins", mode="before")
     @classmethod

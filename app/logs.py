@@ -30,10 +30,13 @@ _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 _REROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "celery", "celery.task")
 
 access_log = structlog.get_logger("sodm.access")
+_access = {"on": True}  # one line per request (configure(access=False): none)
 
 
-def configure(fmt: str = "text", level: str | int = "INFO") -> None:
-    """Route every log record through one structlog-formatted handler on stderr."""
+def configure(fmt: str = "text", level: str | int = "INFO", access: bool = True) -> None:
+    """Route every log record through one structlog-formatted handler on stderr; ``access``
+    is whether the API logs one line per request."""
+    _access["on"] = access
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -125,6 +128,7 @@ class RequestIdMiddleware:
         # it is not reset here so that an unhandled error is still logged with the id.
         bind_contextvars(request_id=rid)
         await self.app(scope, receive, send_with_id)
-        access_log.info("request", method=scope.get("method", ""), path=scope.get("path", ""),
-                        status=status["code"],
-                        duration_ms=round(1000 * (time.perf_counter() - start), 1))
+        if _access["on"]:
+            access_log.info("request", method=scope.get("method", ""), path=scope.get("path", ""),
+                            status=status["code"],
+                            duration_ms=round(1000 * (time.perf_counter() - start), 1))

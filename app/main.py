@@ -84,7 +84,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 def create_app() -> FastAPI:
     """Build the service application."""
     settings = get_settings()
-    configure(settings.log_format, settings.log_level)
+    configure(settings.log_format, settings.log_level, access=settings.access_log)
     # operationId = the route function's name (stable: generated clients' method names)
     app = FastAPI(title="sodm", version="0.1.0", description=DESCRIPTION, docs_url=None,
                   redoc_url=None, generate_unique_id_function=lambda route: route.name,

@@ -66,3 +66,26 @@ def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
         with session_scope() as s:
             s.execute(delete(Worker).where(Worker.id == "host-a:1"))
             s.get(Job, job["id"]).state = "CANCELLED"
+
+
+def test_access_lines_name_the_request_and_can_be_turned_off(caplog) -> None:
+    """One ``sodm.access`` line per request with its id; none with access logs off
+    (``SODM_ACCESS_LOG=0``, what ``sodm serve --no-access-log`` sets)."""
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    from app.logs import configure
+    from app.main import create_app
+
+    app = create_app()
+    try:
+        with caplog.at_level(logging.INFO, logger="sodm.access"), TestClient(app) as c:
+            c.get("/livez", headers={"X-Request-ID": "access-on"})
+            configure(access=False)
+            c.get("/livez", headers={"X-Request-ID": "access-off"})
+    finally:
+        configure()
+    lines = [r for r in caplog.records if r.name == "sodm.access"]
+    assert "access-on" in caplog.text and "access-off" not in caplog.text, caplog.text
+    assert len(lines) == 1
