@@ -138,3 +138,37 @@ def test_tags_description_and_list_filters(client, versions):
     _problem(client.patch(f"/models/{v1['id']}", json={"owner": "x"}), 422)
     _problem(client.get("/models", params={"tag": "no spaces"}), 422)
     _problem(client.patch("/models/no-such-model", json={"tags": []}), 404)
+
+
+def test_moving_an_alias_reaches_every_api_process(start_api, tenant, versions):
+    """Two API processes cache model rows for 300 s, so only the invalidation channel can
+    make them forget: moving and deleting an alias through one is seen by both within 2 s."""
+    import time
+
+    long_ttl = {"SODM_MODEL_ROW_CACHE_SECONDS": "300"}
+    a, b = start_api(**long_ttl), start_api(**long_ttl)
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    v1, v2 = versions["v1"], versions["v2"]
+
+    def served(server, ref: str) -> str | int:
+        r = httpx.post(server.url + "/predict", json={"model": ref, "instances": ROWS},
+                       headers=auth)
+        return r.json()["model_id"] if r.status_code == 200 else r.status_code
+
+    def until(pred, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not pred():
+            assert time.monotonic() < deadline, "not seen in time"
+            time.sleep(0.05)
+
+    httpx.put(a.url + "/models/reg/aliases/live", json={"version": 1},
+              headers=auth).raise_for_status()
+    for s in (a, b):
+        assert served(s, "reg@live") == v1["id"]  # now cached in both
+    httpx.put(a.url + "/models/reg/aliases/live", json={"model_id": v2["id"]},
+              headers=auth).raise_for_status()
+    for s in (a, b):
+        until(lambda s=s: served(s, "reg@live") == v2["id"], 2)
+    assert httpx.delete(a.url + "/models/reg/aliases/live", headers=auth).status_code == 204
+    for s in (a, b):
+        until(lambda s=s: served(s, "reg@live") == 404, 2)
