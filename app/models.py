@@ -165,6 +165,9 @@ class Model(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     margin: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # how the model was fitted (the estimator's fit_info_ without its history): resolved
+    # lam/gamma/theta, the "auto" search (CV table, CPU seconds, budget), calibration
+    fit_info: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     n_features: Mapped[int] = mapped_column(Integer)
     # the training data's column names (CSV header, Parquet schema); None for LIBSVM
     feature_names: Mapped[list[str] | None] = mapped_column(JSONType, nullable=True)

@@ -196,6 +196,7 @@ def offline_batch(est: Any, X: np.ndarray) -> dict[str, Any]:
         res["sklearn_max_abs_diff"] = float(np.max(np.abs(np.abs(f_sk) - np.abs(f_ours))))
         try:
             import onnxruntime as ort
+
             from solver.export import to_onnx_bytes  # issue 16, part 5
         except ImportError as exc:
             res["onnxruntime_rows_per_s"] = None

@@ -38,6 +38,14 @@ Choices made here (documented because the paper leaves them open):
   beta_j)`` per problem, and predict with kernel blocks; linear models keep ``w_`` (one row per
   problem, the last entry is the intercept weight when ``fit_intercept``) and predict with it.
   ``n_support_[k]`` counts the instances outside the band ``[1-theta, 1+theta]`` of problem k.
+* ``lam``, ``gamma``, ``theta`` may each be ``"auto"``: ``fit`` first chooses them by k-fold
+  CV with the exact solver on stratified subsamples of its rows (``solver.autotune``:
+  successive halving over a coarse grid, then a local refinement, within a CPU budget of
+  ``max(10 s, 3 x the final fit)``), then fits on all rows with the chosen values. The
+  parameters stay "auto"; ``lam_``, ``gamma_``, ``theta_`` and ``fit_info_["params"]`` hold
+  the values used, ``fit_info_["auto"]`` the search (CV table, CPU seconds, budget).
+* ``probability=True`` adds ``predict_proba``: Platt scaling fitted on out-of-fold decision
+  values (``solver.calibration``), recorded in ``fit_info_["calibration"]``.
 * ``random_state``: an int seed is passed to the solver unchanged for a binary problem (so
   other backends reproduce it from the same seed); one-vs-rest problem k uses the seed
   ``SeedSequence([seed, k]).generate_state(1)[0] & 0x7FFFFFFF``. ``None`` draws a fresh seed.
@@ -58,9 +66,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled, InvalidParameterError
 from solver.preprocessing import MinMaxScaler, append_constant
 from solver.training import (
@@ -81,6 +91,9 @@ __all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "averag
 KERNELS = ("linear", "rbf", "poly")
 ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
+
+# Parameters an "auto" search's cross-validation fits (ODMClassifier) share with the model.
+_CV_PARAMS = ("degree", "coef0", "upsilon", "tol", "max_iter", "cache_size", "fit_intercept")
 
 # Bytes of one kernel block computed at prediction time (rows x support vectors x 8).
 _PREDICT_BLOCK_BYTES = 32 * 2**20
@@ -117,13 +130,13 @@ def _pos_int(minimum: int) -> Callable[[Any], bool]:
 # Parameter name -> (valid?, what a valid value is); shared by every estimator class.
 _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kernel": (lambda v: v in KERNELS, f"one of {KERNELS}"),
-    "gamma": (lambda v: v == "scale" or (is_real(v) and float(v) > 0),
-              "'scale' or a positive finite number"),
+    "gamma": (lambda v: v in ("scale", "auto") or (is_real(v) and float(v) > 0),
+              "'scale', 'auto' or a positive finite number"),
     "degree": (_pos_int(1), "int >= 1"),
     "coef0": (is_real, "a finite number"),
-    "lam": (is_real, "a finite number"),
+    "lam": (lambda v: v == "auto" or is_real(v), "a finite number or 'auto'"),
     "upsilon": (is_real, "a finite number"),
-    "theta": (is_real, "a finite number"),
+    "theta": (lambda v: v == "auto" or is_real(v), "a finite number or 'auto'"),
     "tol": (lambda v: is_real(v) and v > 0, "a positive number"),
     "max_iter": (_pos_int(1), "int >= 1"),
     "cache_size": (lambda v: is_real(v) and v > 0, "a positive number of megabytes"),
@@ -148,6 +161,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "fanout": (_pos_int(2), "int >= 2"),
     "sample_size": (_pos_int(1), "int >= 1"),
     "inner_steps": (_opt(_pos_int(1)), "None or int >= 1"),
+    "probability": (_is_bool, "a bool"),
 }
 
 
@@ -168,18 +182,30 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             rule = _PARAM_RULES.get(name)
             if rule is not None:
                 require(rule[0](value), name, value, rule[1])
-        ODMParams(lam=float(self.lam), upsilon=float(self.upsilon),
-                  theta=float(self.theta)).validate()
+        # "auto" values are checked with a valid stand-in (the search only proposes valid ones)
+        ODMParams(lam=1.0 if self.lam == "auto" else float(self.lam),
+                  upsilon=float(self.upsilon),
+                  theta=0.5 if self.theta == "auto" else float(self.theta)).validate()
         self._validate_extra_params()
 
     def _validate_extra_params(self) -> None:
         """Class-specific constraints beyond the per-parameter rules."""
 
     def _params(self):
+        """The ODM parameters of the fitted model ("auto" resolved by ``fit``)."""
         from solver.formulation import ODMParams
 
-        return ODMParams(lam=float(self.lam), upsilon=float(self.upsilon),
-                         theta=float(self.theta))
+        lam = getattr(self, "lam_", None) if self.lam == "auto" else self.lam
+        theta = getattr(self, "theta_", None) if self.theta == "auto" else self.theta
+        if lam is None or theta is None:
+            raise ValueError("lam / theta are 'auto': they are chosen by fit")
+        return ODMParams(lam=float(lam), upsilon=float(self.upsilon), theta=float(theta))
+
+    def _auto_params(self) -> tuple[str, ...]:
+        """The parameters set to "auto" (gamma only counts for the RBF / poly kernels)."""
+        return tuple(name for name in ("lam", "gamma", "theta")
+                     if getattr(self, name) == "auto"
+                     and not (name == "gamma" and self.kernel == "linear"))
 
     def _make_kernel(self, gamma: float):
         from solver.kernels import Kernel
@@ -230,8 +256,19 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             )
         scaler = MinMaxScaler.fit(X) if self.scale else None
         Xs = scaler.transform(X) if scaler is not None else X
-        gamma = resolve_gamma(self.kernel, self.gamma, Xs.shape[1],
-                              lambda: overall_variance(Xs))
+        gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
+                              Xs.shape[1], lambda: overall_variance(Xs))
+        seed = seed_for(self.random_state)
+        lam, theta = self.lam, self.theta
+        auto = self._auto_params()
+        search_info = None
+        if auto:
+            res = self._auto_search(Xs, y, auto, gamma, seed, progress, should_stop)
+            lam, gamma, theta = res.lam, res.gamma if "gamma" in auto else gamma, res.theta
+            search_info = res.info()
+            progress = _shifted_progress(progress, 0.5, 1.0, "final fit: ")
+            final_clock = CpuClock().__enter__()
+        self.lam_, self.theta_ = float(lam), float(theta)
         Z = append_constant(Xs) if self.fit_intercept else Xs
         self._scaler = scaler
 
@@ -248,7 +285,6 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             yv_idx = yv_idx[known]
 
         n_problems = 1 if len(classes) == 2 else len(classes)
-        seed = seed_for(self.random_state)
         kernel = self._make_kernel(gamma)
         params = self._params()
         history: list[dict] = []
@@ -279,7 +315,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                 sub_progress(1.0, "solved", {"seconds": time.perf_counter() - t_k})
 
         # Assemble the compact fitted state.
-        theta = float(self.theta)
+        theta = float(theta)
         if solutions[0][0] == "w":
             W = np.vstack([s for _, s in solutions])
             margins = np.asarray(Z @ W.T)
@@ -300,10 +336,66 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                          n_support=sv_mask.sum(axis=0).astype(np.int64))
         info = fit_info(algorithm=algorithm, n_train=X.shape[0], n_features=X.shape[1],
                         sparse_input=sp.issparse(X), n_problems=n_problems, seed=seed,
-                        n_iter=n_iter, seconds=time.perf_counter() - t0)
+                        n_iter=n_iter, seconds=time.perf_counter() - t0,
+                        params={"lam": float(lam), "gamma": float(gamma),
+                                "theta": float(theta)})
+        if search_info is not None:
+            info["auto"] = _with_final_fit(search_info, final_clock.elapsed())
         _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
                    gamma=gamma, history=history, fit_info=info, **state)
+        if getattr(self, "probability", False):
+            self._calibrate(X, y, seed, should_stop)
         return self
+
+    def _calibrate(self, X, y, seed: int, should_stop: StopFn | None) -> None:
+        """Platt scaling on out-of-fold decision values (``solver.calibration``)."""
+        from solver.calibration import PLATT_FOLDS, fit_platt
+
+        t0 = time.perf_counter()
+        with CpuClock() as clock:
+            self.platt_ = fit_platt(self, X, y, seed=seed, should_stop=should_stop)
+        self.fit_info_["calibration"] = {
+            "method": "platt", "folds": PLATT_FOLDS, "cpu_seconds": clock.seconds,
+            "seconds": time.perf_counter() - t0,
+            "platt": [{"a": float(a), "b": float(b)} for a, b in self.platt_]}
+
+    def _has_probabilities(self) -> bool:
+        return getattr(self, "platt_", None) is not None
+
+    @available_if(_has_probabilities)
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities ``[n, n_classes]`` (columns in ``classes_`` order); only for
+        a model fitted with ``probability=True`` (Platt scaling, ``solver.calibration``)."""
+        from solver.calibration import platt_probabilities
+
+        return platt_probabilities(self.decision_function(X), self.platt_)
+
+    def _auto_search(self, Xs, y, auto: tuple[str, ...], gamma_scale: float, seed: int,
+                     progress: ProgressFn | None, should_stop: StopFn | None):
+        """Choose the "auto" parameters by CV with the exact solver (``solver.autotune``)."""
+        from solver.autotune import search
+
+        own = self.get_params(deep=False)
+        base = {k: own[k] for k in _CV_PARAMS if k in own}
+        base["kernel"], base["scale"], base["random_state"] = self.kernel, False, seed
+
+        def make(values: dict[str, float]) -> ODMClassifier:
+            return ODMClassifier(**base, **values)
+
+        fixed = {k: float(own[k]) for k in ("lam", "theta") if k not in auto}
+        fixed["gamma"] = float(gamma_scale if own.get("gamma") in ("scale", "auto", None)
+                               else own["gamma"])
+        report = None
+        if progress is not None:
+            def report(fraction: float, message: str) -> None:
+                progress(0.5 * fraction, message, {})
+        # rows of one kernel solve of the final fit: at most those whose float32 kernel
+        # fits cache_size (SODM's level-1 partitions; an exact solve beyond it costs more)
+        solve_rows = (None if self.kernel == "linear" else
+                      int(math.sqrt(float(own.get("cache_size", 512.0)) * 2**20 / 4)))
+        return search(make, Xs, y, linear=self.kernel == "linear", gamma_scale=gamma_scale,
+                      fixed=fixed, auto=auto, seed=seed, solve_rows=solve_rows,
+                      should_stop=should_stop, progress=report)
 
     def _algorithm_for_kernel(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -349,6 +441,25 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(F, axis=1)]
 
 
+def _shifted_progress(progress: ProgressFn | None, lo: float, hi: float, prefix: str):
+    if progress is None:
+        return None
+
+    def inner(fraction: float, message: str, record: dict) -> None:
+        progress(lo + (hi - lo) * float(fraction), prefix + message, record)
+
+    return inner
+
+
+def _with_final_fit(search_info: dict, final_cpu: float) -> dict:
+    """The search record plus the final fit's CPU seconds and the budget check."""
+    rule = max(search_info["budget_floor_seconds"],
+               search_info["budget_factor"] * final_cpu)
+    return {**search_info, "final_fit_cpu_seconds": final_cpu,
+            "budget_allowed_cpu_seconds": rule,
+            "within_budget": bool(search_info["cpu_seconds"] <= rule)}
+
+
 def _y_matrix(y_idx: np.ndarray, n_problems: int) -> np.ndarray:
     if n_problems == 1:
         return np.where(y_idx == 1, 1.0, -1.0)[:, None]
@@ -356,7 +467,8 @@ def _y_matrix(y_idx: np.ndarray, n_problems: int) -> np.ndarray:
 
 
 def _set_state(est: ODMBase, *, classes, n_features_in, scaler, gamma, history, fit_info,
-               support_vectors=None, dual_coef=None, support=None, n_support=None, w=None):
+               support_vectors=None, dual_coef=None, support=None, n_support=None, w=None,
+               platt=None):
     """Install the fitted attributes (shared by ``fit``, ``build_fitted`` and model loading)."""
     est.classes_ = np.asarray(classes)
     if est.classes_.ndim != 1 or len(est.classes_) < 2:
@@ -369,6 +481,11 @@ def _set_state(est: ODMBase, *, classes, n_features_in, scaler, gamma, history, 
     est.gamma_ = float(gamma)
     est.history_ = list(history)
     est.fit_info_ = dict(fit_info)
+    # lam_ / theta_: the values the model was fitted with ("auto" resolved by the search)
+    resolved = est.fit_info_.get("params") or {}
+    for name in ("lam", "theta"):
+        value = resolved.get(name, getattr(est, name))
+        setattr(est, f"{name}_", None if value == "auto" else float(value))
     n_problems = 1 if len(est.classes_) == 2 else len(est.classes_)
     # n_iter_[k]: DCD epochs (exact ODM) or levels / epochs run (SODM) of problem k.
     est.n_iter_ = np.asarray(est.fit_info_.get("n_iter") or [1] * n_problems, dtype=np.int64)
@@ -392,6 +509,7 @@ def _set_state(est: ODMBase, *, classes, n_features_in, scaler, gamma, history, 
     est.support_ = (np.zeros(0, np.int64) if support is None
                     else np.asarray(support, dtype=np.int64))
     est.n_support_ = np.asarray(n_support if n_support is not None else [], dtype=np.int64)
+    est.platt_ = None if platt is None else np.asarray(platt, dtype=np.float64)
     if est.w_ is not None:
         d_model = est.n_features_in_ + (1 if est.fit_intercept else 0)
         if est.w_.shape != (n_problems, d_model):
@@ -404,11 +522,14 @@ def _set_state(est: ODMBase, *, classes, n_features_in, scaler, gamma, history, 
                              f"{(n_problems, est._svz.shape[0])}")
     if est.n_support_.shape != (n_problems,):
         raise ValueError(f"n_support has shape {est.n_support_.shape}, expected {(n_problems,)}")
+    if est.platt_ is not None and est.platt_.shape != (n_problems, 2):
+        raise ValueError(f"platt has shape {est.platt_.shape}, expected {(n_problems, 2)}")
 
 
 def build_fitted(est: ODMBase, *, classes, n_features_in: int, scaler_min=None,
                  scaler_scale=None, gamma: float = 1.0, support_vectors=None, dual_coef=None,
-                 support=None, n_support=None, w=None, history=(), fit_info=None) -> ODMBase:
+                 support=None, n_support=None, w=None, history=(), fit_info=None,
+                 platt=None) -> ODMBase:
     """Turn an unfitted estimator (its parameters) plus a solution into a fitted one.
 
     For other training backends (Spark) and model loading. Arrays are in the model's feature
@@ -428,7 +549,8 @@ def build_fitted(est: ODMBase, *, classes, n_features_in: int, scaler_min=None,
         scaler = None
     _set_state(est, classes=classes, n_features_in=n_features_in, scaler=scaler, gamma=gamma,
                history=history, fit_info=fit_info or {}, support_vectors=support_vectors,
-               dual_coef=dual_coef, support=support, n_support=n_support, w=w)
+               dual_coef=dual_coef, support=support, n_support=n_support, w=w,
+               platt=platt)
     return est
 
 
@@ -449,7 +571,7 @@ class ODMClassifier(ODMBase):
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
                  theta: float = 0.2, tol: float = 1e-3, max_iter: int = 1000,
                  cache_size: float = 512.0, shrinking: bool = True, fit_intercept: bool = True,
-                 scale: bool = True, random_state=None) -> None:
+                 scale: bool = True, random_state=None, probability: bool = False) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -464,6 +586,7 @@ class ODMClassifier(ODMBase):
         self.fit_intercept = fit_intercept
         self.scale = scale
         self.random_state = random_state
+        self.probability = probability
 
     def _algorithm_for_kernel(self) -> str:
         return "odm-dcd-linear" if self.kernel == "linear" else "odm-dcd-kernel"
@@ -548,7 +671,8 @@ class SODMClassifier(ODMBase):
                  tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
                  fit_intercept: bool = True, scale: bool = True, random_state=None,
                  epochs: int | None = None, step_size: float | None = None,
-                 n_partitions: int | None = None, linear_solver: str = "dsvrg") -> None:
+                 n_partitions: int | None = None, linear_solver: str = "dsvrg",
+                 probability: bool = False) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -569,6 +693,7 @@ class SODMClassifier(ODMBase):
         self.fit_intercept = fit_intercept
         self.scale = scale
         self.random_state = random_state
+        self.probability = probability
         self.epochs = epochs
         self.step_size = step_size
         self.n_partitions = n_partitions

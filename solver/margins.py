@@ -53,7 +53,8 @@ def margin_stats(estimator, X, y, bins: int = 40) -> dict[str, Any]:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
     m = margins(estimator, X, y)
     n_problems = 1 if len(estimator.classes_) == 2 else len(estimator.classes_)
-    theta = float(estimator.theta)
+    theta = getattr(estimator, "theta_", None)  # the fitted value when theta was "auto"
+    theta = float(estimator.theta if theta is None else theta)
     lower, upper = 1.0 - theta, 1.0 + theta
     counts, edges = np.histogram(m, bins=int(bins))
     n = m.size

@@ -9,7 +9,8 @@ A model file is a zip archive holding
 * ``*.npy`` arrays, read back with ``np.load(..., allow_pickle=False)``: ``classes``,
   ``scaler_min`` / ``scaler_scale`` (when scaling), ``w`` (linear models) or the support
   vectors (``support_vectors`` dense, or ``sv_data`` / ``sv_indices`` / ``sv_indptr`` for CSR)
-  and ``dual_coef`` (kernel models), plus ``support`` and ``n_support``.
+  and ``dual_coef`` (kernel models), plus ``support`` and ``n_support``; ``platt``
+  (``[n_problems, 2]``, Platt's sigmoid) for models fitted with ``probability=True``.
 
 Arrays are stored bit for bit and the loaded model predicts with the same code path, so the
 decision values after a round trip are identical. The archive is deterministic (fixed entry
@@ -86,6 +87,8 @@ def _model_arrays(est) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     arrays: dict[str, np.ndarray] = {"classes": _classes_array(est.classes_),
                                      "support": est.support_, "n_support": est.n_support_}
     extra: dict[str, Any] = {}
+    if getattr(est, "platt_", None) is not None:  # probability=True: Platt's (A, B) rows
+        arrays["platt"] = est.platt_
     if est._scaler is not None:
         arrays["scaler_min"] = est._scaler.min_
         arrays["scaler_scale"] = est._scaler.scale_
@@ -290,6 +293,8 @@ def _build(zf: zipfile.ZipFile, header: dict):
         kwargs["dual_coef"] = arr("dual_coef")
     else:
         raise _bad(f"unknown model_type {model_type!r}")
+    if "platt" in manifest:
+        kwargs["platt"] = arr("platt")
     training = dict(header.get("training") or {})
     history = training.pop("history", [])
     try:

@@ -1,5 +1,6 @@
 """Held-out evaluation of a fitted classifier: accuracy, precision, recall, F1, ROC AUC from
-decision values, the confusion matrix (original label values) and margin statistics."""
+decision values, the confusion matrix (original label values), margin statistics, and for a
+model with probabilities (Platt) their calibration error (ECE, Brier, reliability bins)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ def evaluate(est: Any, X: Any, y: np.ndarray) -> tuple[dict[str, Any], dict[str,
             "rows": "true label", "columns": "predicted label",
         },
     }
+    if hasattr(est, "predict_proba") and getattr(est, "platt_", None) is not None:
+        from solver.calibration import calibration_scores, platt_probabilities
+
+        metrics["calibration"] = calibration_scores(platt_probabilities(F, est.platt_), y,
+                                                    classes)
     known = np.isin(y, classes)
     margin: dict[str, Any] = {}
     if known.any():

@@ -441,11 +441,17 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     model_id = model_id_for(c.job_id)
     rel, digest = _write_model_file(est, model_id)
     history = jsonable(getattr(est, "history_", None) or hb.history())
+    fit_info = jsonable(dict(getattr(est, "fit_info_", None) or {}))
+    # the model's parameters are the values it was fitted with ("auto" resolved)
+    resolved = {k: v for k, v in (fit_info.get("params") or {}).items()
+                if params.get(k) == "auto"}
     fields = {
         "id": model_id, "dataset_id": c.dataset_id, "name": c.model_name,
         "algorithm": c.algorithm, "backend": c.backend,
-        "params": jsonable({**params, "random_state": est.get_params().get("random_state")}),
-        "metrics": metrics, "margin": margin, "n_features": int(est.n_features_in_),
+        "params": jsonable({**params, **resolved,
+                            "random_state": est.get_params().get("random_state")}),
+        "metrics": metrics, "margin": margin, "fit_info": fit_info,
+        "n_features": int(est.n_features_in_),
         "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,

@@ -1,5 +1,5 @@
 """Routes: ``/models`` list (filters: name, dataset, alias, tags), detail, PATCH (description,
-tags), file download, delete; ``/models/{name}/aliases`` (list, PUT, DELETE)."""
+tags), file and ONNX downloads, delete; ``/models/{name}/aliases`` (list, PUT, DELETE)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,19 @@ def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                            type="not-found")
     return FileResponse(path, media_type="application/octet-stream",
                         filename=f"{m.name}-v{m.version}.sodm")
+
+
+@router.get("/models/{model_id}/onnx", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}}})
+def model_onnx(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
+               session: Session = Depends(get_session)) -> Response:
+    """The whole predictor as an ONNX graph (``solver.export``): input ``X`` (float64 rows
+    of raw features), outputs ``label``, ``decision_function`` and, for a model trained with
+    ``probability=true``, ``probabilities``."""
+    m = models_service.get_model(session, tenant, model_id)
+    data = models_service.onnx_bytes(m)
+    return Response(data, media_type="application/octet-stream", headers={
+        "Content-Disposition": f'attachment; filename="{m.name}-v{m.version}.onnx"'})
 
 
 @router.delete("/models/{model_id}", status_code=204)

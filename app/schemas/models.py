@@ -36,6 +36,10 @@ class ModelOut(BaseModel):
     params: dict[str, Any]
     metrics: dict[str, Any]
     margin: dict[str, Any]
+    fit_info: dict[str, Any] = Field(
+        default_factory=dict, description="how the model was fitted: the resolved lam, gamma "
+        "and theta (params), the \"auto\" search (chosen values, CV table, CPU seconds and "
+        "budget) and the Platt calibration when there is one")
     train_seconds: float
     n_support_vectors: int
     n_features: int

@@ -38,3 +38,7 @@ class PredictResponse(BaseModel):
                                "decision_values[i][k] is the score of classes[k]")
     labels: list[Any]
     decision_values: list[Any]
+    probabilities: list[list[float]] | None = Field(
+        default=None, description="per row, the probability of each class in the model's "
+        "class order (Platt scaling); null when the model was trained without "
+        "probability=true")

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, create_model
 from pydantic_core import PydanticCustomError
 
 from app.config import get_settings
+from app.services.autoparams import SERVICE_DEFAULTS
 from solver import ODMClassifier, SODMClassifier
 from solver.baseline_estimators import ESTIMATORS as _BASELINE_ESTIMATORS
 from solver.exceptions import InvalidParameterError
@@ -215,17 +216,20 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
     ParamSpec("kernel", _C, "Kernel: linear, rbf exp(-gamma ||x-z||^2) or poly "
               "(gamma x.z + coef0)^degree.", choices=KERNELS),
     ParamSpec("lam", _N, "Weight of the margin loss against the model complexity 1/2 ||w||^2 "
-              "(the paper's lambda; plays the role of C times the number of rows). \"auto\": "
-              "chosen by cross-validation on the training data.", exclusive_minimum=0,
+              "(the paper's lambda; plays the role of C times the number of rows). \"auto\" "
+              "(the default): chosen by cross-validation on the training data; 1000 when "
+              "left out on the Spark backend or with a grid search.", exclusive_minimum=0,
               words=("auto",)),
     ParamSpec("upsilon", _N, "Relative weight of margins above the zero-loss band versus "
               "below it.", exclusive_minimum=0),
     ParamSpec("theta", _N, "Half-width of the zero-loss band [1-theta, 1+theta] of the "
-              "margins. \"auto\": chosen by cross-validation.", minimum=0,
+              "margins. \"auto\" (the default): chosen by cross-validation; 0.2 when left "
+              "out on the Spark backend or with a grid search.", minimum=0,
               exclusive_maximum=1, words=("auto",)),
     ParamSpec("gamma", _N, "Kernel width for rbf and poly: a number, \"scale\" = 1 / "
-              "(features x variance of the scaled X), or \"auto\" (chosen by "
-              "cross-validation).", exclusive_minimum=0, words=("scale", "auto"),
+              "(features x variance of the scaled X), or \"auto\" (the default: chosen by "
+              "cross-validation; \"scale\" when left out on the Spark backend or with a grid "
+              "search).", exclusive_minimum=0, words=("scale", "auto"),
               kernels=_KERNELISED),
     ParamSpec("degree", _I, "Degree of the polynomial kernel.", minimum=1,
               limit="limit_degree", kernels=("poly",)),
@@ -281,6 +285,9 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
               limit="limit_sample_size", advanced=True),
     ParamSpec("inner_steps", _I, "SVRG inner steps per epoch. null: the number of rows.",
               minimum=1, nullable=True, limit="limit_inner_steps", advanced=True),
+    ParamSpec("probability", _B, "Fit Platt's sigmoid on held-out decision values (3-fold "
+              "cross-validation, about twice the training time) so /predict also returns "
+              "class probabilities; their calibration error is in the model's metrics."),
 )}
 
 
@@ -307,7 +314,9 @@ class Algorithm:
 @cache
 def _params_of(name: str) -> tuple[ParamSpec, ...]:
     alg = ALGORITHMS[name]
+    # the service's defaults: lam / gamma / theta left out are "auto" (app.services.autoparams)
     defaults = alg.estimator().get_params(deep=False)
+    defaults.update({k: v for k, v in SERVICE_DEFAULTS.items() if k in defaults})
     return tuple(dataclasses.replace(spec, default=defaults[name],
                                      **alg.overrides.get(name, {}))
                  for name, spec in PARAMS.items() if name in defaults)

@@ -27,7 +27,8 @@ from app.models import Dataset, Job, JobKind, JobState, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.jobs import TrainRequestBase
 from app.services import task_client
-from app.services.algorithms import ParamError, build_estimator
+from app.services.algorithms import ParamError, build_estimator, estimator_class
+from app.services.autoparams import auto_conflict, auto_defaults
 from app.services.cursors import as_utc, page, split_page
 from solver.sodm import default_p
 
@@ -77,6 +78,10 @@ def validate_request(body: TrainRequestBase) -> None:
     settings = get_settings()
     try:
         build_estimator(body.algorithm, body.param_values(), body.seed)
+        conflict = auto_conflict(body.param_values(), backend=body.backend,
+                                 grid=None if body.search is None else body.search.grid)
+        if conflict is not None:
+            raise ParamError(*conflict)
         if body.search is not None:
             _check_search(body)
     except ParamError as exc:
@@ -165,7 +170,9 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
     settings = get_settings()
     job = Job(
         tenant_id=tenant.id, dataset_id=ds.id, test_dataset_id=body.test_dataset_id,
-        algorithm=body.algorithm, backend=body.backend, params=params, request=body.stored(),
+        algorithm=body.algorithm, backend=body.backend, request=body.stored(),
+        params=auto_defaults(estimator_class(body.algorithm), params, backend=body.backend,
+                             searching=body.search is not None),
         model_name=body.name or default_model_name(ds.name, body.algorithm), state=JobState.QUEUED,
         progress_fraction=0.0, progress_message="queued", history=[], attempt=0,
         max_attempts=settings.job_max_attempts, idempotency_key=key, request_hash=digest,

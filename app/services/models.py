@@ -83,6 +83,29 @@ def list_models(session: Session, tenant: Tenant, cursor: str | None, limit: int
     return split_page(list(session.scalars(page(stmt, Model, cursor, limit))), limit)
 
 
+def onnx_bytes(m: Model) -> bytes:
+    """The model as an ONNX graph (``solver.export.to_onnx``), built from its file."""
+    path = file_of(m)
+    if not path.is_file():
+        raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
+                           type="not-found")
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise ProblemError(501, "ONNX export unavailable",
+                           detail="this server lacks the onnx package (pip install "
+                                  "'sodm[onnx]')", type="onnx-unavailable"
+                           ) from None
+    from solver.export import to_onnx_bytes
+    from solver.model_io import load_model
+
+    try:
+        return to_onnx_bytes(load_model(path), name=f"{m.name}-v{m.version}")
+    except ValueError as exc:  # e.g. too large for one protobuf
+        raise ProblemError(422, "Model cannot be exported", detail=str(exc),
+                           type="onnx-export-failed") from None
+
+
 def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:
     """Soft-delete the row (ids stay unique), then remove the file best effort."""
     m = get_model(session, tenant, model_id)
@@ -135,6 +158,7 @@ def model_out(m: Model, tags: list[str] | None = None,
         "id": m.id, "name": m.name, "version": m.version, "algorithm": m.algorithm,
         "backend": m.backend, "dataset_id": m.dataset_id, "job_id": m.job_id,
         "params": m.params or {}, "metrics": m.metrics or {}, "margin": m.margin or {},
+        "fit_info": m.fit_info or {},
         "train_seconds": float(m.train_seconds or 0.0),
         "n_support_vectors": int(m.n_support_vectors or 0), "n_features": m.n_features,
         "feature_names": m.feature_names,
@@ -142,5 +166,5 @@ def model_out(m: Model, tags: list[str] | None = None,
         "description": m.description or "", "tags": tags or [], "aliases": aliases or [],
         "created_at": as_utc(m.created_at),
         "links": {"self": f"/models/{m.id}", "file": f"/models/{m.id}/file",
-                  "job": f"/jobs/{m.job_id}"},
+                  "onnx": f"/models/{m.id}/onnx", "job": f"/jobs/{m.job_id}"},
     }

@@ -22,6 +22,7 @@ from app.problems import ProblemError
 from app.services.batcher import evaluations
 from app.services.evaluator import ServingModel
 from app.services.storage import file_of
+from solver.calibration import platt_probabilities
 
 _lock = threading.Lock()
 _cache: OrderedDict[str, ServingModel] = OrderedDict()
@@ -97,9 +98,12 @@ async def load_async(m: ModelLike) -> ServingModel:
 async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix,
                   wanted: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
     """Labels in the dataset's original label values plus decision values (``wanted``: see
-    ``Evaluations.decision``)."""
+    ``Evaluations.decision``), and class probabilities (columns in the model's class order)
+    when the model has them."""
     sm = await load_async(m)
     F = await evaluations().decision(m.id, sm.decision, X, wanted)
     values: Any = F[:, 0] if len(sm.classes) == 2 else F
+    platt = getattr(sm.est, "platt_", None)  # trained with probability=True
     return {"model_id": m.id, "model_name": m.name, "version": int(m.version),
-            "classes": sm.classes.tolist(), "labels": sm.labels(F), "decision_values": values}
+            "classes": sm.classes.tolist(), "labels": sm.labels(F), "decision_values": values,
+            "probabilities": None if platt is None else platt_probabilities(values, platt)}

@@ -118,8 +118,8 @@ def test_upload_train_watch_and_model(page_guard, api_server: str, worker, make_
     page.get_by_role("link", name="Train on this dataset").click()
     page.get_by_role("heading", name="Train a model").wait_for()
     assert page.locator("#tr-dataset option:checked").inner_text().startswith("heart")
-    assert page.locator("#p-lam").input_value() == "1000"
-    assert "Default 0.2" in page.locator("[data-param=theta]").inner_text()
+    assert page.locator("#p-lam").input_value() == "auto"  # chosen by cross-validation
+    assert "Default auto" in page.locator("[data-param=theta]").inner_text()
     page.select_option("#tr-algorithm", "sodm")
     page.select_option("#tr-kernel", "rbf")
     page.fill("#tr-fraction", "0.25")

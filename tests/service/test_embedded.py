@@ -24,7 +24,7 @@ from solver import SODMClassifier
 from tests.fixtures.stack import REPO_ROOT, free_port
 from tests.service.jobs_helpers import SECONDS_ODM, load_libsvm, submit, upload, wait_job
 
-PARAMS = {"kernel": "rbf", "lam": 10000.0}
+PARAMS = {"kernel": "rbf", "lam": 10000.0, "gamma": "scale", "theta": 0.2}
 SEED = 5
 
 

@@ -57,7 +57,9 @@ def test_dense_and_sparse_predictions(client, heart_model, datasets_dir):
     from sklearn.model_selection import train_test_split
 
     tr, _ = train_test_split(idx, test_size=0.2, random_state=2, stratify=y)
-    lib = SODMClassifier(kernel="rbf", random_state=2).fit(X[np.sort(tr)], y[np.sort(tr)])
+    # (lam, gamma and theta left out of the request: the service searches them, "auto")
+    lib = SODMClassifier(kernel="rbf", lam="auto", gamma="auto", theta="auto",
+                         random_state=2).fit(X[np.sort(tr)], y[np.sort(tr)])
     np.testing.assert_allclose(lib.decision_function(rows), f, rtol=1e-9, atol=1e-9)
 
 

@@ -13,7 +13,7 @@ from solver import SODMClassifier
 from solver.model_io import load_model
 from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
 
-PARAMS = {"kernel": "rbf", "lam": 10000.0, "theta": 0.2, "upsilon": 0.5}
+PARAMS = {"kernel": "rbf", "lam": 10000.0, "gamma": "scale", "theta": 0.2, "upsilon": 0.5}
 SEED = 5
 
 

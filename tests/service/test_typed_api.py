@@ -17,6 +17,7 @@ import pytest
 
 from app.config import get_settings
 from app.services import algorithms
+from app.services.autoparams import SERVICE_DEFAULTS
 from solver import ODMClassifier, SODMClassifier
 from solver.exceptions import InvalidParameterError
 from solver.formulation import ODMParams
@@ -40,8 +41,10 @@ def test_specs_cover_every_estimator_parameter():
     for name, alg in algorithms.ALGORITHMS.items():
         est_params = set(alg.estimator().get_params(deep=False)) - {"random_state"}
         assert {s.name for s in alg.params} == est_params, name
-        for spec in alg.params:  # the defaults are the estimator's and pass their own spec
-            assert spec.default == alg.estimator().get_params()[spec.name]
+        for spec in alg.params:  # the defaults are the estimator's (lam / gamma / theta:
+            # the service's "auto") and pass their own spec
+            expected = SERVICE_DEFAULTS.get(spec.name, alg.estimator().get_params()[spec.name])
+            assert spec.default == expected
             spec.check(spec.default)
 
 
@@ -115,7 +118,7 @@ def test_algorithms_list_specs_defaults_and_limits(client):
     assert set(items) == set(algorithms.ALGORITHM_NAMES)
     assert items["sodm"]["backends"] == ["local", "spark"]
     sodm = {p["name"]: p for p in items["sodm"]["params"]}
-    assert sodm["lam"]["default"] == 1000.0 and "auto" in sodm["lam"]["words"]
+    assert sodm["lam"]["default"] == "auto" and "auto" in sodm["lam"]["words"]
     assert sodm["gamma"]["words"] == ["scale", "auto"] and sodm["theta"]["words"] == ["auto"]
     assert sodm["p"]["nullable"] and sodm["p"]["minimum"] == 2
     assert sodm["n_jobs"]["limit"] == {"value": get_settings().limit_n_jobs,

@@ -119,7 +119,8 @@ def test_one_class_and_feature_mismatch_raise(blobs2):
     [
         (ODMClassifier, "kernel", "sigmoid"),
         (ODMClassifier, "gamma", -1.0),
-        (ODMClassifier, "gamma", "auto"),
+        (ODMClassifier, "gamma", "wide"),
+        (ODMClassifier, "lam", "automatic"),
         (ODMClassifier, "lam", 0.0),
         (ODMClassifier, "upsilon", -0.1),
         (ODMClassifier, "theta", 1.0),

@@ -5,6 +5,7 @@
 
 import { api, streamEvents } from "../api.js";
 import { lineChart } from "../charts.js";
+import { autoSearch } from "../fitinfo.js";
 import {
   TERMINAL, dl, elapsedOf, fill, fmtDate, fmtDuration, fmtNum, fmtPct, h, link, pageHeader,
   problemBox, progressBar, section, shortId, stateBadge, toast,
@@ -52,6 +53,7 @@ export async function renderJob(main, { id, signal }) {
   const modelSlot = h("div");
   const errorSlot = h("div");
   const chartSlot = h("div");
+  const autoSlot = h("div");
   const facts = h("div");
   const streamNote = h("p.muted.small");
 
@@ -59,6 +61,7 @@ export async function renderJob(main, { id, signal }) {
     pageHeader(`Job ${job.name ? `${job.name} · ` : ""}${shortId(job.id)}`, badge, rerun, cancelBtn),
     h("section.card.live-status", {}, bar, message, h("p.muted", {}, "Elapsed ", elapsed), modelSlot, streamNote),
     errorSlot,
+    autoSlot,
     section("Convergence", chartSlot),
     section("Details", facts),
   );
@@ -67,6 +70,25 @@ export async function renderJob(main, { id, signal }) {
     const entries = Object.entries(params || {});
     if (!entries.length) return h("p.muted", {}, "Defaults for every parameter.");
     return dl(entries.map(([k, v]) => [k, h("code", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
+  }
+
+  // the automatic hyperparameter search: announced while it runs, its result from the model
+  let autoShown = "";
+  async function showAuto(j) {
+    const autos = Object.entries(j.params || {}).filter(([, v]) => v === "auto").map(([k]) => k);
+    const key = `${autos}:${j.model_id || ""}`;
+    if (!autos.length || key === autoShown) return;
+    autoShown = key;
+    const head = h("p.muted", {}, `${autos.join(", ")} chosen by cross-validation on the training data before the final fit.`);
+    autoSlot.replaceChildren(section("Automatic hyperparameters", head));
+    if (!j.model_id) return;
+    try {
+      const m = await api(`/models/${j.model_id}`, { signal });
+      const body = autoSearch(m.fit_info);
+      if (body) autoSlot.replaceChildren(section("Automatic hyperparameters", head, body));
+    } catch (err) {
+      if (!signal.aborted) autoSlot.replaceChildren(section("Automatic hyperparameters", head, problemBox(err)));
+    }
   }
 
   let historyKey = "";
@@ -80,6 +102,7 @@ export async function renderJob(main, { id, signal }) {
     modelSlot.replaceChildren(j.model_id ? h("p", {}, link(`/models/${j.model_id}`, "Open the trained model →")) : "");
     errorSlot.replaceChildren(j.state === "FAILED" && j.error
       ? h("section.card", {}, h("h2", {}, "Error"), problemBox({ problem: j.error, status: j.error.status })) : "");
+    showAuto(j);
     const hist = j.history || [];
     const key = `${hist.length}:${TERMINAL.has(j.state)}`;
     if (key !== historyKey) {

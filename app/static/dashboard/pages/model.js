@@ -4,7 +4,8 @@
 
 import { api, download } from "../api.js";
 import { marginHistogram, rocCurve } from "../charts.js";
-import { dl, fmtDate, fmtNum, fmtPct, h, link, pageHeader, problemBox, section, shortId, table, toast } from "../ui.js";
+import { autoSearch, calibration } from "../fitinfo.js";
+import { append, dl, fmtDate, fmtNum, fmtPct, h, link, pageHeader, problemBox, section, shortId, table, toast } from "../ui.js";
 import { batchForm } from "./predictions.js";
 import { registrySection } from "./registry.js";
 
@@ -108,7 +109,9 @@ function predictBox(model) {
           { label: "Label", cell: (i) => String(r.labels[i]) },
           { label: "Decision value", className: "num", cell: (i) => (Array.isArray(r.decision_values[i])
             ? r.decision_values[i].map((v) => fmtNum(v, 5)).join(", ") : fmtNum(r.decision_values[i], 5)) },
-        ], r.labels.map((_, i) => i), { caption: "Predictions" }));
+          r.probabilities ? { label: `Probabilities (${(model.classes || []).map(String).join(", ")})`, className: "num",
+            cell: (i) => r.probabilities[i].map((v) => fmtNum(v, 3)).join(", ") } : null,
+        ].filter(Boolean), r.labels.map((_, i) => i), { caption: "Predictions" }));
       } catch (err) {
         out.replaceChildren(problemBox(err));
       } finally {
@@ -133,10 +136,13 @@ export async function renderModel(main, { id, signal, navigate }) {
   const compare = link(`/compare?a=${encodeURIComponent(m.id)}`, "Compare with…");
   compare.classList.add("button");
   compare.id = "compare";
+  const onnxBtn = h("button#download-onnx", { type: "button", onclick: async () => {
+    try { toast(`Saved ${await download(`/models/${m.id}/onnx`, `${m.name}-v${m.version}.onnx`)}`); } catch (err) { toast(`ONNX export failed: ${err.message}`); }
+  } }, "Download ONNX");
   const metrics = m.metrics || {};
   const roc = metrics.roc_curve;
-  main.append(
-    pageHeader(`${m.name} v${m.version}`, compare, dlBtn),
+  append(main, [
+    pageHeader(`${m.name} v${m.version}`, compare, dlBtn, onnxBtn),
     h("p.lead#model-lead", { hidden: !m.description }, m.description || ""),
     section(`Held-out metrics${metrics.n_test ? ` (${fmtNum(metrics.n_test)} rows)` : ""}`,
       metrics.held_out === false ? h("p.muted", {}, "Measured on the training data (no held-out set).") : null,
@@ -147,7 +153,9 @@ export async function renderModel(main, { id, signal, navigate }) {
           ? h("figure.chart-box", { dataset: { chart: "roc" } }, rocCurve({ ...roc, auc: metrics.roc_auc }))
           : h("p.muted", {}, metrics.roc_auc !== null && metrics.roc_auc !== undefined
             ? `ROC AUC ${fmtNum(metrics.roc_auc)}; the API gives no curve points for this model.` : "Not available.")))),
+    metrics.calibration ? section("Probabilities", calibration(metrics.calibration)) : null,
     section("Margin distribution", marginSection(m.margin)),
+    m.fit_info?.auto ? section("Automatic hyperparameters", autoSearch(m.fit_info)) : null,
     section("Predict", predictBox(m)),
     section("Batch prediction", h("p.muted.small", {}, "Runs this model over every row of a stored dataset (in the background, any size); the result downloads as Parquet or CSV."), batchForm(m, navigate)),
     section("Registry", registrySection(m)),
@@ -164,5 +172,5 @@ export async function renderModel(main, { id, signal, navigate }) {
       ["File SHA-256", h("code.wrap", {}, m.file_sha256)],
       ["Created", fmtDate(m.created_at)],
     ])),
-  );
+  ]);
 }

@@ -1,0 +1,434 @@
+"""Automatic ``lam`` / ``gamma`` / ``theta`` ("auto") for the ODM estimators.
+
+Every choice is made on the training rows given to ``fit`` (already min-max scaled with the
+model's own scaler), by k-fold stratified cross-validation accuracy of the *exact* solver
+(``ODMClassifier`` with the estimator's kernel, ``upsilon``, ``tol`` and intercept option):
+
+1. **Coarse grid** over the axes that are "auto" (the others keep the estimator's value):
+   ``lam`` in 10^0 .. 10^6 (one point per decade), ``gamma`` as a multiple 10^-1 .. 10^3 of
+   the "scale" value ``1 / (n_features Var(X))`` (RBF and polynomial kernels only),
+   ``theta`` in {0.2, 0.5, 0.8}.
+2. **Successive halving** (Jamieson & Talwalkar, AISTATS 2016): all candidates are scored on
+   a stratified subsample of ``n / eta^k`` rows (the smallest such size of at least
+   ``min_rows``; all rows when there are fewer than ``eta * min_rows``), the best ``1/eta`` of
+   them (at least two) go on to ``eta`` times more rows (nested subsamples, the last one all
+   rows), until all rows are used or the next rung would not fit the budget.
+3. **Local refinement** on the last rung's rows: a pattern search around the best point,
+   steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
+   steps, while the budget lasts.
+
+Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
+cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
+folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
+
+**Budget**: the search may spend ``max(floor_seconds, factor * F)`` CPU seconds of the
+process tree, ``F`` the CPU seconds of the final fit (defaults 10 s and 3). ``F`` is not
+known before the final fit runs, so the search estimates it from the current best
+candidate's CV fits: their CPU per fit, grown as ``rows^a`` to the rows of one solve of the
+final fit (``a`` measured between rungs, within [1, 2]; 1 for the linear kernel), times the
+number of such solves (SODM solves partitions whose float32 kernel fits ``cache_size``; a
+larger exact solve costs more per row, so this errs low). A rung or a refinement step is
+taken only when its predicted cost fits what is left. The caller measures the final fit and
+records both numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from solver.cputime import CpuClock
+from solver.exceptions import FitCancelled
+
+__all__ = ["AUTO", "AUTO_PARAMS", "SearchSettings", "AutoResult", "is_auto", "search"]
+
+AUTO = "auto"
+AUTO_PARAMS = ("lam", "gamma", "theta")
+
+
+MakeFn = Callable[[dict[str, float]], Any]
+
+
+def is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == AUTO
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The search's knobs (see the module docstring)."""
+
+    folds: int = 3
+    eta: int = 3
+    min_rows: int = 500
+    keep_min: int = 2
+    log_lam: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    log_gamma_mult: tuple[float, ...] = (-1.0, 0.0, 1.0, 2.0, 3.0)
+    theta: tuple[float, ...] = (0.2, 0.5, 0.8)
+    log_step: float = 0.5
+    theta_step: float = 0.15
+    refine_rounds: int = 2
+    theta_bounds: tuple[float, float] = (0.05, 0.95)
+    log_lam_bounds: tuple[float, float] = (-2.0, 8.0)
+    log_gamma_bounds: tuple[float, float] = (-3.0, 5.0)
+    budget_factor: float = 3.0
+    budget_floor_seconds: float = 10.0
+
+
+@dataclass(frozen=True, order=True)
+class _Point:
+    """A candidate: log10 lam, log10 (gamma / scale gamma), theta (rounded keys)."""
+
+    log_lam: float
+    log_gamma_mult: float
+    theta: float
+
+
+@dataclass
+class _Score:
+    point: _Point
+    rows: int
+    stage: str
+    mean_accuracy: float
+    std_accuracy: float
+    fold_accuracy: list[float]
+    cpu_seconds: float
+
+
+@dataclass
+class AutoResult:
+    """The chosen values and how they were found (``info()`` is what ``fit_info`` keeps)."""
+
+    lam: float
+    gamma: float
+    theta: float
+    auto: tuple[str, ...]
+    gamma_scale: float
+    table: list[dict[str, Any]]
+    rungs: list[dict[str, Any]]
+    folds: int
+    rows: int
+    cpu_seconds: float
+    wall_seconds: float
+    budget_cpu_seconds: float
+    final_fit_estimate_cpu_seconds: float
+    stop_reason: str
+    settings: SearchSettings = field(default_factory=SearchSettings)
+
+    def info(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "auto": list(self.auto),
+            "chosen": {"lam": self.lam, "gamma": self.gamma, "theta": self.theta},
+            "gamma_scale": self.gamma_scale,
+            "method": (f"successive halving (eta={s.eta}, first rung >= {s.min_rows} rows) over "
+                       f"lam 10^{s.log_lam[0]:g}..10^{s.log_lam[-1]:g}, gamma "
+                       f"10^{s.log_gamma_mult[0]:g}..10^{s.log_gamma_mult[-1]:g} x scale, "
+                       f"theta {list(s.theta)}; then pattern search on the last rung; "
+                       f"{self.folds}-fold stratified CV accuracy, exact solver"),
+            "folds": self.folds,
+            "rows": self.rows,
+            "rungs": self.rungs,
+            "cv_table": self.table,
+            "cpu_seconds": self.cpu_seconds,
+            "wall_seconds": self.wall_seconds,
+            "budget_cpu_seconds": self.budget_cpu_seconds,
+            "final_fit_estimate_cpu_seconds": self.final_fit_estimate_cpu_seconds,
+            "budget_rule": (f"search CPU <= max({s.budget_floor_seconds:g} s, "
+                            f"{s.budget_factor:g} x final fit CPU), process tree"),
+            "budget_floor_seconds": s.budget_floor_seconds,
+            "budget_factor": s.budget_factor,
+            "stop_reason": self.stop_reason,
+        }
+
+
+def _stratified_order(y_idx: np.ndarray, folds: int, rng: np.random.Generator) -> np.ndarray:
+    """A row order whose every prefix holds the classes in proportion (nested subsamples);
+    the first ``folds`` rows of each class come first so every rung can be stratified."""
+    n = len(y_idx)
+    rank = np.empty(n)
+    for c in np.unique(y_idx):
+        idx = np.flatnonzero(y_idx == c)
+        idx = idx[rng.permutation(len(idx))]
+        r = (np.arange(len(idx)) + rng.random(len(idx))) / len(idx)
+        r[:folds] -= 1.0
+        rank[idx] = r
+    return np.argsort(rank, kind="stable")
+
+
+def _rung_sizes(n: int, s: SearchSettings) -> list[int]:
+    """Rows per rung: n, n/eta, n/eta^2, ... down to the first size of at least ``min_rows``
+    (all rows when n < eta * min_rows), smallest first."""
+    sizes = [n]
+    while sizes[-1] // s.eta >= s.min_rows:
+        sizes.append(sizes[-1] // s.eta)
+    return sizes[::-1]
+
+
+class _Search:
+    def __init__(self, make: MakeFn, linear: bool, Xs, y: np.ndarray, *, gamma_scale: float,
+                 fixed: dict[str, float], auto: tuple[str, ...], seed: int,
+                 settings: SearchSettings, should_stop: Callable[[], bool] | None,
+                 progress: Callable[[float, str], None] | None,
+                 solve_rows: int | None) -> None:
+        self.make = make
+        self.Xs = Xs
+        self.y = y
+        self.gamma_scale = gamma_scale
+        self.fixed = fixed
+        self.auto = auto
+        self.seed = seed
+        self.s = settings
+        self.should_stop = should_stop
+        self.progress = progress
+        self.t_cpu0 = time.process_time()
+        self.scores: dict[tuple[_Point, int], _Score] = {}
+        self.table: list[_Score] = []
+        self.budget = settings.budget_floor_seconds
+        self.final_estimate = 0.0
+        self.linear = linear
+        self.growth = 1.0 if self.linear else 2.0
+        self.solve_rows = solve_rows
+        _, y_idx = np.unique(y, return_inverse=True)
+        self.y_idx = y_idx
+        self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
+        self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    # ---------------------------------------------------------------------- candidates
+    def point(self, log_lam: float, log_gm: float, theta: float) -> _Point:
+        lo, hi = self.s.theta_bounds
+        return _Point(round(float(log_lam), 4), round(float(log_gm), 4),
+                      round(min(hi, max(lo, float(theta))), 4))
+
+    def grid(self) -> list[_Point]:
+        lams = self.s.log_lam if "lam" in self.auto else (math.log10(self.fixed["lam"]),)
+        gms = (self.s.log_gamma_mult if "gamma" in self.auto
+               else (math.log10(self.fixed["gamma"] / self.gamma_scale),))
+        thetas = self.s.theta if "theta" in self.auto else (self.fixed["theta"],)
+        return [self.point(a, b, c) for a in lams for b in gms for c in thetas]
+
+    def values(self, p: _Point) -> dict[str, float]:
+        return {"lam": 10.0 ** p.log_lam, "gamma": self.gamma_scale * 10.0 ** p.log_gamma_mult,
+                "theta": p.theta}
+
+    @staticmethod
+    def preference(sc: _Score) -> tuple:
+        """Sort key: best accuracy, then smaller lam, smaller gamma, theta nearer 0.5."""
+        p = sc.point
+        return (-sc.mean_accuracy, p.log_lam, p.log_gamma_mult, abs(p.theta - 0.5))
+
+    # ------------------------------------------------------------------------ scoring
+    def splits(self, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        if rows not in self._splits:
+            from sklearn.model_selection import StratifiedKFold
+
+            idx = np.sort(self.order[:rows])
+            skf = StratifiedKFold(n_splits=self.s.folds, shuffle=True,
+                                  random_state=self.seed % (2**31 - 1))
+            self._splits[rows] = [(idx[tr], idx[va])
+                                  for tr, va in skf.split(np.zeros(rows), self.y_idx[idx])]
+        return self._splits[rows]
+
+    def score(self, p: _Point, rows: int, stage: str) -> _Score:
+        key = (p, rows)
+        if key in self.scores:
+            return self.scores[key]
+        from sklearn.exceptions import ConvergenceWarning
+
+        t0 = time.process_time()
+        accs = []
+        for tr, va in self.splits(rows):
+            if self.should_stop is not None and self.should_stop():
+                raise FitCancelled("cancelled during the hyperparameter search")
+            est = self.make(self.values(p))
+            with warnings.catch_warnings():
+                # a candidate that stops at max_iter is scored as it stands (its accuracy
+                # says what it is worth); one warning per CV fit would drown the log
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                est.fit(self.Xs[tr], self.y[tr], should_stop=self.should_stop)
+            accs.append(float(np.mean(est.predict(self.Xs[va]) == self.y[va])))
+        sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
+                    time.process_time() - t0)
+        self.scores[key] = sc
+        self.table.append(sc)
+        return sc
+
+    # ------------------------------------------------------------------------- budget
+    def update_budget(self, best: _Score) -> None:
+        """Estimate the final fit from the best candidate's CV fits (k fits of (k-1)/k of
+        the rung's rows): their CPU per fit grown as rows^a up to the rows of one solve
+        of the final fit, times the number of such solves."""
+        k = self.s.folds
+        per_fit = best.cpu_seconds / k
+        m_fit = max(1.0, best.rows * (k - 1) / k)
+        n = float(len(self.y))
+        m_solve = n if self.solve_rows is None else min(n, float(self.solve_rows))
+        if m_fit >= m_solve:
+            est = per_fit * n / m_fit
+        else:
+            est = per_fit * (m_solve / m_fit) ** self.growth * (n / m_solve)
+        self.final_estimate = est
+        self.budget = max(self.s.budget_floor_seconds, self.s.budget_factor * est)
+
+    def spent(self) -> float:
+        """CPU seconds so far: the search runs in this process (no pool), so the process
+        clock is the tree's and costs far less to read than a walk over the tree."""
+        return time.process_time() - self.t_cpu0
+
+    def left(self) -> float:
+        return self.budget - self.spent()
+
+    # ------------------------------------------------------------------------- search
+    def run(self) -> tuple[_Score, list[dict[str, Any]], str]:
+        s = self.s
+        sizes = _rung_sizes(len(self.y), s)
+        cands = self.grid()
+        rungs: list[dict[str, Any]] = []
+        ranked: list[_Score] = []
+        stop = "all rows used"
+        for r, rows in enumerate(sizes):
+            if r > 0:
+                # predicted cost of this rung from the previous one, growth ~ rows^a
+                prev = [self.scores[(p, sizes[r - 1])] for p in cands]
+                grow = (rows / sizes[r - 1]) ** self.growth
+                need = grow * sum(sc.cpu_seconds for sc in prev)
+                refine = grow * ranked[0].cpu_seconds * 2 * max(1, len(self.auto))
+                if need + refine > self.left():
+                    stop = "budget"
+                    break
+            t_rung = self.spent()
+            scored = []
+            for i, p in enumerate(cands):
+                scored.append(self.score(p, rows, f"halving {r}"))
+                self._report(f"auto search: rung {r} ({rows} rows), {i + 1}/{len(cands)}")
+            ranked = sorted(scored, key=self.preference)
+            if r > 0:
+                self.measure_growth(cands, sizes[r - 1], rows)
+            self.update_budget(ranked[0])
+            rungs.append({"rung": r, "rows": rows, "candidates": len(cands),
+                          "cpu_seconds": self.spent() - t_rung})
+            keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
+            cands = [sc.point for sc in ranked[:keep]]
+        best = ranked[0]
+        rows = best.rows
+        best, refine_stop = self._refine(best, rows)
+        if refine_stop == "budget":
+            stop = "budget"
+        return best, rungs, stop
+
+    def measure_growth(self, cands: list[_Point], before: int, now: int) -> None:
+        """Cost growth exponent a (cost ~ rows^a) of the same candidates between two rungs,
+        within [1, 2] (linear kernel: 1)."""
+        if self.linear:
+            return
+        t_now = sum(self.scores[(p, now)].cpu_seconds for p in cands)
+        t_before = sum(self.scores[(p, before)].cpu_seconds for p in cands)
+        if t_now > 0 and t_before > 0 and now > before:
+            a = math.log(t_now / t_before) / math.log(now / before)
+            self.growth = float(min(2.0, max(1.0, a)))
+
+    def _neighbours(self, p: _Point, step: float, tstep: float) -> list[_Point]:
+        out = []
+        lo_l, hi_l = self.s.log_lam_bounds
+        lo_g, hi_g = self.s.log_gamma_bounds
+        for d in (-1, 1):
+            if "lam" in self.auto and lo_l <= p.log_lam + d * step <= hi_l:
+                out.append(self.point(p.log_lam + d * step, p.log_gamma_mult, p.theta))
+            if "gamma" in self.auto and lo_g <= p.log_gamma_mult + d * step <= hi_g:
+                out.append(self.point(p.log_lam, p.log_gamma_mult + d * step, p.theta))
+            if "theta" in self.auto:
+                q = self.point(p.log_lam, p.log_gamma_mult, p.theta + d * tstep)
+                if q != p:
+                    out.append(q)
+        return out
+
+    def _refine(self, best: _Score, rows: int) -> tuple[_Score, str]:
+        step, tstep = self.s.log_step, self.s.theta_step
+        for _ in range(self.s.refine_rounds):
+            improved = True
+            while improved:
+                improved = False
+                for q in self._neighbours(best.point, step, tstep):
+                    if (q, rows) in self.scores:
+                        continue
+                    if best.cpu_seconds * 1.5 > self.left():
+                        return best, "budget"
+                    sc = self.score(q, rows, "refine")
+                    self._report(f"auto search: refining on {rows} rows")
+                    if self.preference(sc) < self.preference(best):
+                        best = sc
+                        self.update_budget(best)
+                        improved = True
+                        break
+            step, tstep = step / 2, tstep / 2
+        return best, "refined"
+
+    def _report(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(min(0.99, self.spent() / max(self.budget, 1e-9)), message)
+
+
+def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
+           fixed: dict[str, float], auto: tuple[str, ...], seed: int,
+           solve_rows: int | None = None, settings: SearchSettings | None = None,
+           should_stop: Callable[[], bool] | None = None,
+           progress: Callable[[float, str], None] | None = None) -> AutoResult:
+    """Choose the ``auto`` parameters for training rows ``Xs`` (scaled) and labels ``y``.
+
+    ``make(values)``: a fresh exact-solver estimator (``ODMClassifier`` with the model's
+    kernel, degree, coef0, upsilon, tol, max_iter, cache_size and intercept option, and
+    ``scale=False`` since ``Xs`` is already scaled) at ``values`` = ``{lam, gamma, theta}``;
+    ``linear``: the kernel is linear (no gamma; cost linear in the rows); ``fixed``: the
+    values of the parameters that are not auto (``gamma`` numeric); ``gamma_scale``: the
+    "scale" gamma of ``Xs``; ``solve_rows``: the rows of one solve of the final fit (SODM's
+    partitions), None for all rows. With fewer than two rows of some class per fold there is
+    nothing to cross-validate and the estimator's
+    documented defaults are returned (``stop_reason`` says so).
+    """
+    s = settings or SearchSettings()
+    auto = tuple(a for a in AUTO_PARAMS if a in auto)
+    y = np.asarray(y)
+    t0 = time.perf_counter()
+    _, counts = np.unique(y, return_counts=True)
+    folds = int(min(s.folds, counts.min())) if len(counts) else 0
+    with CpuClock() as clock:
+        if folds < 2:
+            chosen = {"lam": fixed.get("lam", 1000.0), "gamma": fixed.get("gamma", gamma_scale),
+                      "theta": fixed.get("theta", 0.2)}
+            return AutoResult(**chosen, auto=auto, gamma_scale=gamma_scale, table=[],
+                              rungs=[], folds=0, rows=0, cpu_seconds=0.0,
+                              wall_seconds=time.perf_counter() - t0,
+                              budget_cpu_seconds=s.budget_floor_seconds,
+                              final_fit_estimate_cpu_seconds=0.0,
+                              stop_reason="too few rows per class to cross-validate; "
+                                          "defaults used", settings=s)
+        if folds != s.folds:
+            s = SearchSettings(**{**asdict(s), "folds": folds})
+        srch = _Search(make, linear, Xs, y, gamma_scale=gamma_scale, fixed=fixed, auto=auto,
+                       seed=seed,
+                       settings=s, should_stop=should_stop, progress=progress,
+                       solve_rows=solve_rows)
+        # One BLAS thread: the CV problems are small, and idle OpenBLAS threads spin (a
+        # 333-row Newton step took 0.1-0.4 s with two threads on a busy 2-core machine
+        # and 2 ms with one).
+        import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            best, rungs, stop = srch.run()
+    vals = srch.values(best.point)
+    table = [{**srch.values(sc.point), "gamma_mult": 10.0 ** sc.point.log_gamma_mult,
+              "rows": sc.rows, "stage": sc.stage, "mean_accuracy": sc.mean_accuracy,
+              "std_accuracy": sc.std_accuracy, "fold_accuracy": sc.fold_accuracy,
+              "cpu_seconds": sc.cpu_seconds} for sc in srch.table]
+    return AutoResult(lam=vals["lam"], gamma=vals["gamma"], theta=vals["theta"], auto=auto,
+                      gamma_scale=gamma_scale, table=table, rungs=rungs, folds=s.folds,
+                      rows=best.rows, cpu_seconds=clock.seconds,
+                      wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
+                      final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
+                      settings=s)
