@@ -20,6 +20,7 @@ When Redis cannot be reached the limiter lets requests through (logged and count
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -98,9 +99,12 @@ class _Counting(FixedWindowRateLimiter):
         super().__init__(storage)
         self._ends: dict[str, float] = {}
 
+    async def incr(self, key: str, expiry: int, cost: int) -> int:
+        return int(await self.storage.incr(key, expiry, amount=cost))
+
     async def hit_counted(self, item: Any, identity: str, cost: int) -> tuple[int, float]:
         key = item.key_for(identity)
-        count = int(await self.storage.incr(key, item.get_expiry(), amount=cost))
+        count = int(await self.incr(key, item.get_expiry(), cost))
         now = time.time()
         if count == cost:
             end = now + item.get_expiry()
@@ -112,6 +116,53 @@ class _Counting(FixedWindowRateLimiter):
             self._ends.clear()
         self._ends[key] = end
         return count, end
+
+
+class _CoalescedCounts(_Counting):
+    """On Redis: the counts of concurrent requests travel together. While one round trip is
+    in flight, new counts queue; the next round trip sends them all as one pipeline of
+    ``limits``' own increment script (the same keys, expiries and results as one call
+    each), so the Redis cost per request falls as concurrency rises."""
+
+    def __init__(self, storage: Any) -> None:
+        super().__init__(storage)
+        self._queue: list[tuple[str, int, int, asyncio.Future]] = []
+        self._sending = False
+
+    async def incr(self, key: str, expiry: int, amount: int) -> int:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._queue.append((key, expiry, amount, fut))
+        if not self._sending:
+            self._sending = True
+            loop.create_task(self._send())
+        return await fut
+
+    async def _send(self) -> None:
+        bridge = self.storage.bridge
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    if len(batch) == 1:
+                        key, expiry, amount, _ = batch[0]
+                        counts = [await self.storage.incr(key, expiry, amount=amount)]
+                    else:
+                        pipe = bridge.get_connection().pipeline(transaction=False)
+                        for key, expiry, amount, _ in batch:
+                            await bridge.lua_incr_expire([bridge.prefixed_key(key)],
+                                                         [expiry, amount], client=pipe)
+                        counts = await pipe.execute()
+                except Exception as exc:  # noqa: BLE001 - each waiting request fails open
+                    for *_, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (*_, fut), count in zip(batch, counts, strict=True):
+                    if not fut.done():
+                        fut.set_result(int(count))
+        finally:
+            self._sending = False
 
 
 class Limiter:
@@ -135,7 +186,7 @@ class Limiter:
             from limits.aio.storage import MemoryStorage
 
             self.storage = MemoryStorage()
-        self.strategy = _Counting(self.storage)
+        self.strategy = _CoalescedCounts(self.storage) if url else _Counting(self.storage)
         self.shared = url is not None
         self._warned_at = -math.inf
 
@@ -172,14 +223,17 @@ class Limiter:
                         min(reset, WINDOW_SECONDS))
 
 
-_limiter: Limiter | None = None
+_limiter: tuple[asyncio.AbstractEventLoop, Limiter] | None = None
 
 
 def limiter() -> Limiter:
+    """This process's limiter, bound to the running event loop (its Redis connections
+    and queued counts belong to one loop)."""
     global _limiter
-    if _limiter is None:
-        _limiter = Limiter()
-    return _limiter
+    loop = asyncio.get_running_loop()
+    if _limiter is None or _limiter[0] is not loop:
+        _limiter = (loop, Limiter())
+    return _limiter[1]
 
 
 def reset() -> None:

@@ -299,3 +299,34 @@ def test_metrics_add_up_across_serve_workers(stack_env, tmp_path):
             os.killpg(proc.pid, 9)
             proc.wait()
         log.close()
+
+
+def test_concurrent_counts_share_round_trips_and_stay_exact(stack_env):
+    """60 concurrent hits of one key (limit 40) through one process's limiter: they are
+    pipelined together, and the counts are still exactly 1..60, 40 allowed."""
+    import uuid
+
+    from app import ratelimit
+
+    alone = []
+
+    async def burst() -> list[ratelimit.Decision]:
+        ratelimit.reset()
+        lim = ratelimit.limiter()
+        assert isinstance(lim.strategy, ratelimit._CoalescedCounts)
+        single = lim.storage.incr
+
+        async def counted(*args, **kwargs):  # the one-count-per-round-trip path
+            alone.append(1)
+            return await single(*args, **kwargs)
+
+        lim.storage.incr = counted
+        who = uuid.uuid4().hex
+        return await asyncio.gather(*(lim.hit("key", who, 40, 1) for _ in range(60)))
+
+    decisions = asyncio.run(burst())
+    assert len(alone) < 60  # the others went in pipelines
+    assert sum(d.allowed for d in decisions) == 40
+    assert sorted(d.remaining for d in decisions) == [0] * 20 + list(range(40))
+    assert all(0 < d.reset_seconds <= 60 for d in decisions)
+    ratelimit.reset()
