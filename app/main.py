@@ -70,12 +70,13 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 
     from app.services import invalidation
 
-    threadpool_limits(1)
+    blas = threadpool_limits(1)
     invalidation.start()
     try:
         yield
     finally:
         invalidation.stop()
+        blas.restore_original_limits()  # an in-process app (tests) leaves BLAS as it was
         from app.observability import process_exiting
 
         process_exiting()

@@ -39,12 +39,6 @@ def default_slots(workers: int) -> int:
     return max(1, cores // max(1, workers))
 
 
-def _one_blas_thread() -> None:
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
-
-
 class ClientGone(Exception):
     """The client closed the connection before its evaluation started."""
 
@@ -70,8 +64,8 @@ class Evaluations:
         self.slots = slots
         self.max_wait_s = max_wait_s
         self.max_batch_rows = max_batch_rows
-        self.pool = ThreadPoolExecutor(slots, thread_name_prefix="predict",
-                                       initializer=_one_blas_thread)
+        # BLAS runs on one thread: the API process's lifespan sets it (app.main)
+        self.pool = ThreadPoolExecutor(slots, thread_name_prefix="predict")
         self._free = asyncio.Semaphore(slots)
         self._queues: dict[Any, _Queue] = {}
         self.arriving = 0  # /predict requests being read or parsed right now
