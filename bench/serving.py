@@ -442,12 +442,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="also batch decision values in-process vs scikit-learn/onnxruntime")
     ap.add_argument("--out", type=Path, help="write the JSON document here too")
     ap.add_argument("--keep", type=Path, help="keep logs, bodies and raw profiles here")
+    ap.add_argument("--no-serve", action="store_true",
+                    help="no API and no wrk: only what --offline measures")
     ap.add_argument("--env", action="append", default=[],
                     help="NAME:VAR=VALUE, an environment variable for one tree's API")
     ap.add_argument("--scenarios", nargs="+", default=["single-1", "single-50", "batch-50"],
                     help="KIND-CONNECTIONS with KIND single (one row) or batch")
     args = ap.parse_args(argv)
-    trees = [t.split("=", 1) for t in (args.tree or ["after=."])]
+    trees = [] if args.no_serve else [t.split("=", 1) for t in (args.tree or ["after=."])]
     workers = {n: int(args.workers) for n, _ in trees} if "=" not in args.workers else {
         k: int(v) for k, v in (p.split("=") for p in args.workers.split(","))}
 
@@ -478,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         results["machine"]["load_end"] = loadavg()
     text = json.dumps(results, indent=1)
     print(text)
-    print(markdown(results))
+    if results["trees"]:
+        print(markdown(results))
     if args.out:
         args.out.write_text(text + "\n")
     return 0
