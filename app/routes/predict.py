@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from app.auth import current_tenant
 from app.models import Tenant
@@ -59,7 +60,10 @@ async def predict(request: Request, tenant: Tenant = Depends(current_tenant)) ->
     ev = evaluations()
     ev.arriving += 1
     try:
-        body = await request.body()
+        try:
+            body = await request.body()
+        except ClientDisconnect:  # the client left while sending: nobody to answer
+            return Response(status_code=499)
         ctype = request.headers.get("content-type")
         query = dict(request.query_params)
         if len(body) > PARSE_INLINE_BYTES:

@@ -84,6 +84,18 @@ def test_micro_batching_gives_the_unbatched_decision_values(start_api, tenant, m
     passes, requests = _batch_counts(server.url, stack_env["SODM_METRICS_TOKEN"])
     assert requests == len(rows) and passes < requests  # some passes served several
 
+    # a client that leaves halfway through its body is no server error (answered 499)
+    import socket
+
+    head = (f"POST /predict HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tenant[1]}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head.encode() + b'{"model_id": "')
+    scrape = {"Authorization": f"Bearer {stack_env['SODM_METRICS_TOKEN']}"}
+    _until(lambda: 'route="/predict",status="499"' in httpx.get(
+        server.url + "/metrics", headers=scrape).text, 10)
+    assert "unhandled error" not in server.log_text()
+
 
 def test_binary_bodies_npy_and_arrow(client, model, rows):
     import pyarrow as pa
