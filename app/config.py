@@ -67,6 +67,9 @@ class Settings(BaseSettings):
                                            alias="SODM_LIMIT_LANDMARK_CANDIDATES")
     limit_epochs: int = Field(default=10_000, ge=1, alias="SODM_LIMIT_EPOCHS")
     limit_max_iter: int = Field(default=100_000, ge=1, alias="SODM_LIMIT_MAX_ITER")
+    # the projection factors a float64 budget x budget kernel (20,000: 3.2 GB)
+    limit_max_support_vectors: int = Field(default=20_000, ge=1,
+                                           alias="SODM_LIMIT_MAX_SUPPORT_VECTORS")
     limit_degree: int = Field(default=10, ge=1, alias="SODM_LIMIT_DEGREE")
     limit_n_partitions: int = Field(default=10_000, ge=1, alias="SODM_LIMIT_N_PARTITIONS")
     limit_n_clusters: int = Field(default=4096, ge=1, alias="SODM_LIMIT_N_CLUSTERS")

@@ -38,6 +38,8 @@ Choices made here (documented because the paper leaves them open):
   beta_j)`` per problem, and predict with kernel blocks; linear models keep ``w_`` (one row per
   problem, the last entry is the intercept weight when ``fit_intercept``) and predict with it.
   ``n_support_[k]`` counts the instances outside the band ``[1-theta, 1+theta]`` of problem k.
+  With ``max_support_vectors`` a kernel model keeps at most that many of its support vectors
+  (``support_`` lists them), the decision function projected onto them.
 * ``lam``, ``gamma``, ``theta`` may each be ``"auto"``: ``fit`` first chooses them by k-fold
   CV with the exact solver on stratified subsamples of its rows (``solver.autotune``:
   successive halving over a coarse grid, then a local refinement, within a CPU budget of
@@ -139,6 +141,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "theta": (lambda v: v == "auto" or is_real(v), "a finite number or 'auto'"),
     "tol": (lambda v: is_real(v) and v > 0, "a positive number"),
     "max_iter": (_pos_int(1), "int >= 1"),
+    "max_support_vectors": (_opt(_pos_int(1)), "None or int >= 1"),
     "cache_size": (lambda v: is_real(v) and v > 0, "a positive number of megabytes"),
     "shrinking": (_is_bool, "a bool"),
     "fit_intercept": (_is_bool, "a bool"),
@@ -331,6 +334,8 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             support = np.flatnonzero(sv_mask.any(axis=1)).astype(np.int64)
             coef = np.vstack([y_mat[support, k] * (A[k][support, 0] - A[k][support, 1])
                               for k in range(n_problems)])
+            keep, coef = _support_budget(self, Z[support], coef, kernel, seed)
+            support = support[keep]
             svs = Xs[support]
             state = dict(support_vectors=svs, dual_coef=coef, support=support,
                          n_support=sv_mask.sum(axis=0).astype(np.int64))
@@ -460,6 +465,19 @@ def _with_final_fit(search_info: dict, final_cpu: float) -> dict:
             "within_budget": bool(search_info["cpu_seconds"] <= rule)}
 
 
+def _support_budget(est: ODMBase, Z_sv, coef: np.ndarray, kernel, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Support vectors kept (indices into ``Z_sv``, model space) and their coefficients:
+    all of them, or ``max_support_vectors`` of them with the decision function projected
+    onto their span (:func:`solver.reduction.project_support`)."""
+    budget = getattr(est, "max_support_vectors", None)
+    if budget is None or Z_sv.shape[0] <= int(budget):
+        return np.arange(Z_sv.shape[0], dtype=np.int64), coef
+    from solver.reduction import project_support
+
+    return project_support(Z_sv, coef, kernel, int(budget), seed)
+
+
 def _y_matrix(y_idx: np.ndarray, n_problems: int) -> np.ndarray:
     if n_problems == 1:
         return np.where(y_idx == 1, 1.0, -1.0)[:, None]
@@ -547,6 +565,14 @@ def build_fitted(est: ODMBase, *, classes, n_features_in: int, scaler_min=None,
             raise ValueError("scaler arrays do not match n_features_in")
     else:
         scaler = None
+    if w is None and support_vectors is not None and dual_coef is not None:
+        # the support-vector budget, as fit applies it (a loaded model is within it already)
+        Z_sv = append_constant(support_vectors) if est.fit_intercept else support_vectors
+        keep, dual_coef = _support_budget(est, Z_sv, np.asarray(dual_coef, dtype=np.float64),
+                                          est._make_kernel(gamma), seed_for(est.random_state))
+        if keep.size < Z_sv.shape[0]:
+            support_vectors = support_vectors[keep]
+            support = None if support is None else np.asarray(support)[keep]
     _set_state(est, classes=classes, n_features_in=n_features_in, scaler=scaler, gamma=gamma,
                history=history, fit_info=fit_info or {}, support_vectors=support_vectors,
                dual_coef=dual_coef, support=support, n_support=n_support, w=w,
@@ -562,7 +588,11 @@ class ODMClassifier(ODMBase):
     solver with a bounded kernel cache of ``cache_size`` MB (its active-set Newton step may
     add a face factor of up to a quarter of that, or of a 1,000-row face). ``tol`` is
     the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
-    maximum number of epochs. See the module docstring for the conventions.
+    maximum number of epochs. ``max_support_vectors`` (kernel models; None: no budget) keeps
+    at most that many support vectors, drawn at random (``random_state``), with the decision
+    function projected onto their span in the kernel's feature space
+    (:mod:`solver.reduction`): smaller model files and faster predictions for a small loss
+    of accuracy. See the module docstring for the conventions.
     """
 
     _algorithm_name = "odm"
@@ -571,7 +601,8 @@ class ODMClassifier(ODMBase):
                  coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
                  theta: float = 0.2, tol: float = 1e-3, max_iter: int = 1000,
                  cache_size: float = 512.0, shrinking: bool = True, fit_intercept: bool = True,
-                 scale: bool = True, random_state=None, probability: bool = False) -> None:
+                 scale: bool = True, random_state=None, probability: bool = False,
+                 max_support_vectors: int | None = None) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -587,6 +618,7 @@ class ODMClassifier(ODMBase):
         self.scale = scale
         self.random_state = random_state
         self.probability = probability
+        self.max_support_vectors = max_support_vectors
 
     def _algorithm_for_kernel(self) -> str:
         return "odm-dcd-linear" if self.kernel == "linear" else "odm-dcd-kernel"
@@ -656,8 +688,10 @@ class SODMClassifier(ODMBase):
     bounds the rows the kernel landmarks are chosen from. ``None`` for ``p``,
     ``levels``, ``n_strata``, ``landmark_candidates``, ``final_global_solve``,
     ``n_partitions`` and ``epochs`` means the solver module's documented default (``p``:
-    the smallest fan-in whose level-1 partitions' float32 kernel fits ``cache_size``, see
-    ``solver.sodm.default_p``; ``landmark_candidates``: 20,000).
+    the smallest merge factor whose level-1 partitions' float32 kernel fits ``cache_size``,
+    see ``solver.sodm.default_p``; ``landmark_candidates``: 20,000).
+    ``max_support_vectors`` is the support-vector budget of kernel models, as for
+    ``ODMClassifier``.
     """
 
     _algorithm_name = "sodm"
@@ -672,7 +706,8 @@ class SODMClassifier(ODMBase):
                  fit_intercept: bool = True, scale: bool = True, random_state=None,
                  epochs: int | None = None, step_size: float | None = None,
                  n_partitions: int | None = None, linear_solver: str = "dsvrg",
-                 probability: bool = False) -> None:
+                 probability: bool = False,
+                 max_support_vectors: int | None = None) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -697,6 +732,7 @@ class SODMClassifier(ODMBase):
         self.epochs = epochs
         self.step_size = step_size
         self.n_partitions = n_partitions
+        self.max_support_vectors = max_support_vectors
         self.linear_solver = linear_solver
 
     def _uses_dsvrg(self) -> bool:

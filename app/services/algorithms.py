@@ -243,6 +243,11 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
     ParamSpec("cache_size", _N, "Kernel cache of each solve, in megabytes (the memory a "
               "kernel solve may use).", exclusive_minimum=0, limit="limit_cache_size",
               kernels=_KERNELISED, advanced=True),
+    ParamSpec("max_support_vectors", _I, "Support-vector budget of a kernel model: at most "
+              "this many support vectors, drawn at random, with the decision function "
+              "projected onto them (smaller model, faster predictions). null: no budget.",
+              minimum=1, nullable=True, limit="limit_max_support_vectors",
+              kernels=_KERNELISED, advanced=True),
     ParamSpec("shrinking", _B, "Drop bounded variables from the coordinate descent passes.",
               advanced=True),
     ParamSpec("fit_intercept", _B, "Append a constant feature (a bias term).", advanced=True),
