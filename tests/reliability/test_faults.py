@@ -137,8 +137,9 @@ def test_crash_between_insert_and_enqueue(tenant, client, start_worker, heart, d
 
     with session_scope() as s:
         job, created = create_job(s, s.get(Tenant, tenant[0]),
-                                  TrainRequest(dataset_id=heart["id"], algorithm="sodm",
-                                               params={"kernel": "linear"}), None)
+                                  TrainRequest.model_validate(
+                                      {"dataset_id": heart["id"], "algorithm": "sodm",
+                                       "params": {"kernel": "linear"}}).root, None)
         job_id = job.id
     assert created and one(db, "select enqueued_at from jobs where id = :j", j=job_id) is None
     start_worker(SODM_REQUEUE_AFTER_SECONDS="2")
