@@ -80,8 +80,10 @@ def problem_progress(progress: ProgressFn | None, k: int, n: int, label: Any
     if progress is None or n == 1:
         return progress
 
+    name = plain(label)
+
     def inner(fraction: float, message: str, record: dict) -> None:
-        progress((k + float(fraction)) / n, f"class {label!r} ({k + 1}/{n}): {message}", record)
+        progress((k + float(fraction)) / n, f"class {name!r} ({k + 1}/{n}): {message}", record)
 
     return inner
 

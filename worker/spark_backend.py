@@ -235,19 +235,25 @@ class _StopWatcher:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        failures = 0
         while not self._done.wait(self.poll):
-            try:
-                stop = bool(self.should_stop())
-            except Exception:  # noqa: BLE001 - a failing poll must not kill the job
-                log.warning("should_stop() failed", exc_info=True)
-                continue
-            if stop:
-                self.fired.set()
+            if not self.fired.is_set():
                 try:
-                    interrupt_session(self.spark, self.job_id)
-                except Exception:  # noqa: BLE001
+                    stop = bool(self.should_stop())
+                except Exception:  # noqa: BLE001 - a failing poll must not kill the job
+                    log.warning("should_stop() failed", exc_info=True)
+                    continue
+                if not stop:
+                    continue
+                self.fired.set()
+            # again at every poll until the work ends: a Spark job submitted just after an
+            # interrupt (the driver was between two jobs) is not cancelled by it
+            try:
+                interrupt_session(self.spark, self.job_id)
+            except Exception:  # noqa: BLE001
+                failures += 1
+                if failures == 1:
                     log.warning("interrupting job %s failed", self.job_id, exc_info=True)
-                return
 
     def stopped(self) -> bool:
         return self.fired.is_set() or bool(self.should_stop and self.should_stop())
@@ -317,8 +323,11 @@ class SparkJob:
 
         subset = None if rows is None else RowSubset.of(rows, self._n_rows())
         with self._work():
-            return fit_spark(self.spark, self.dataset_dir, params, seed=seed, rows=subset,
-                             progress=progress, should_stop=self.stopped)
+            est = fit_spark(self.spark, self.dataset_dir, params, seed=seed, rows=subset,
+                            progress=progress, should_stop=self.stopped)
+        if self.stopped():  # the stop came while the last Spark job finished
+            raise FitCancelled("cancel requested", history=est.history_)
+        return est
 
     def _n_rows(self) -> int:
         from app.services import storage

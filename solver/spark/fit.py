@@ -1,10 +1,12 @@
 """Train an ``SODMClassifier`` on Spark from a stored dataset (the Spark backend's entry point).
 
-Reproduces ``SODMClassifier.fit`` for two classes: the same min-max scaler (per-feature
-min / max aggregated over the cluster), the same ``gamma='scale'``, the same constant column,
-the same seed handed to Algorithm 1 (``kernel_sodm``) or Algorithm 2 (``linear_sodm``), the
-same size-weighted averaging of the last level's local duals, and then
-``solver.estimators.build_fitted`` with the support vectors (kernel) or ``w`` (linear).
+Reproduces ``SODMClassifier.fit``: the same min-max scaler (per-feature min / max aggregated
+over the cluster), the same ``gamma='scale'``, the same constant column, the same seeds
+(``solver.training.problem_seed``) handed to Algorithm 1 (``kernel_sodm``) or Algorithm 2
+(``linear_sodm``) for the binary problem or each one-vs-rest problem in turn, the same
+size-weighted averaging of the last level's local duals, and then
+``solver.estimators.build_fitted`` with the support vectors (kernel; their union over the
+problems) or ``w`` (linear).
 Only small results reach the driver: per-feature statistics, per-group summaries, landmark
 rows, gradients of size d and the final support vectors.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from solver.exceptions import FitCancelled
@@ -31,7 +34,16 @@ from solver.spark.data import (
     sql,
     summarize,
 )
-from solver.training import fit_info, iterations, jsonable, resolve_gamma, seed_for
+from solver.training import (
+    fit_info,
+    iterations,
+    jsonable,
+    plain,
+    problem_progress,
+    problem_seed,
+    resolve_gamma,
+    seed_for,
+)
 
 __all__ = ["fit_spark"]
 
@@ -63,7 +75,8 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
               progress: Callable[[float, str, dict], None] | None = None,
               should_stop: Callable[[], bool] | None = None) -> Any:
     """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` with Spark:
-    on every row, or on ``rows`` only, as the local backend fits ``X[ids]``."""
+    on every row, or on ``rows`` only, as the local backend fits ``X[ids]``. More than two
+    classes: one-vs-rest, one binary problem (its own Spark jobs) per class in turn."""
     from solver.estimators import SODMClassifier, build_fitted
     from solver.preprocessing import MinMaxScaler
 
@@ -85,8 +98,12 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     summary = summarize(df, info, sample=(seed_int, n_cand))
     classes = summary.classes
     if len(classes) != 2:
-        raise ValueError(f"the Spark backend trains two-class problems; the dataset has "
-                         f"{len(classes)} classes (use the local backend for one-vs-rest)")
+        from sklearn.utils.multiclass import check_classification_targets
+
+        check_classification_targets(classes)  # more non-integer floats: a regression target
+    if len(classes) < 2:
+        raise ValueError(f"SODMClassifier needs at least two classes in y; only one class "
+                         f"({classes[0]!r}) is present")
     n = summary.n
     scaler = MinMaxScaler.fit(np.vstack([summary.lo, summary.hi])) if est.scale else None
     if scaler is not None:
@@ -94,57 +111,41 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     info.fit_intercept = bool(est.fit_intercept)
     gamma = resolve_gamma(est.kernel, est.gamma, info.n_features,
                           lambda: summary.scaled_variance(info.scaler_min, info.scaler_scale))
-    kernel = est._make_kernel(gamma)
-    odm = est._params()
-    F, _ = sql(df)
-    pos = classes[1].item() if isinstance(classes[1], np.generic) else classes[1]
+    problem = _Problem(est, info, est._make_kernel(gamma), est._params(), n, n_cand)
+    n_problems = 1 if len(classes) == 2 else len(classes)
     # hash-partitioned by row id so the data passes (strata, the levels) use every core even
     # when the file is a single split; results do not depend on the partitioning.  Not
     # materialised: the strata pass caches it with its own columns, one job instead of two
-    base = (df.select("row_id",
-                      F.when(F.col("label") == F.lit(pos), F.lit(1.0)).otherwise(F.lit(-1.0))
-                      .alias("y"), *info.input_cols)
-            .repartition(_base_partitions(spark, n), "row_id"))
+    base = df.select("row_id", "label", *info.input_cols) \
+        .repartition(_base_partitions(spark, n), "row_id")
     history: list[dict] = []
-    try:
-        if est._uses_dsvrg():
-            from solver.spark.linear_sodm import sodm_linear_spark
-
-            lres = sodm_linear_spark(base, info, odm, n_rows=n, n_partitions=est.n_partitions,
-                                     n_strata=est.n_strata, epochs=est.epochs,
-                                     step_size=est.step_size, seed=seed_int,
-                                     tol=float(est.tol), landmark_candidates=n_cand,
-                                     candidates=summary.candidates,
-                                     progress=progress, should_stop=should_stop)
-            history = [jsonable(r) for r in lres.history]
-            if lres.stopped:
-                raise FitCancelled(history=history)
-            state = _linear_state(base, info, lres.w, float(est.theta))
-        else:
-            from solver.spark.kernel_sodm import sodm_kernel_spark
-
-            run = sodm_kernel_spark(base, info, kernel, odm, n_rows=n,
-                                    p=None if est.p is None else int(est.p),
-                                    levels=est.levels, n_strata=est.n_strata,
-                                    landmark_candidates=n_cand,
-                                    candidates=summary.candidates,
-                                    warm_start=est.warm_start_scaling,
-                                    final_global_solve=est.final_global_solve,
-                                    tol=float(est.tol), max_iter=int(est.max_iter),
-                                    cache_size=float(est.cache_size), seed=seed_int,
-                                    progress=progress, should_stop=should_stop)
-            try:
-                history = [jsonable(r) for r in run.history]
-                if run.stopped:
-                    raise FitCancelled(history=history)
-                state = _kernel_state(run, info, n)
-            finally:
-                run.release()
-    finally:
-        base.unpersist()
+    n_iter: list[int] = []
+    solutions: list[Any] = []
+    for k in range(n_problems):
+        if should_stop is not None and should_stop():
+            raise FitCancelled(history=history)
+        label = None if n_problems == 1 else classes[k]
+        seed_k = problem_seed(seed_int, k, n_problems)
+        # the statistics pass sampled the candidates of seed_int (a binary problem's seed)
+        hist, stopped, sol = problem.solve(
+            _binary(base, classes[1] if n_problems == 1 else classes[k], info), seed_k,
+            summary.candidates if seed_k == seed_int else None,
+            problem_progress(progress, k, n_problems, label), should_stop)
+        for rec in hist:
+            rec = jsonable(rec)
+            history.append(rec if n_problems == 1
+                           else {"problem": k, "class": plain(label), **rec})
+        if stopped:
+            raise FitCancelled(history=history)
+        solutions.append(sol)
+        n_iter.append(iterations(hist))
+    if est._uses_dsvrg():
+        state = _linear_state(base, info, np.vstack(solutions), float(est.theta), classes)
+    else:
+        state = _kernel_state(solutions, info)
     info_ = fit_info(algorithm=est._algorithm_for_kernel(), n_train=n,
                      n_features=info.n_features, sparse_input=info.layout == "sparse",
-                     n_problems=1, seed=seed_int, n_iter=[iterations(history)],
+                     n_problems=n_problems, seed=seed_int, n_iter=n_iter,
                      seconds=time.perf_counter() - t0, backend="spark")
     return build_fitted(est, classes=classes, n_features_in=info.n_features,
                         scaler_min=None if scaler is None else scaler.min_,
@@ -152,8 +153,57 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
                         gamma=gamma, history=history, fit_info=info_, **state)
 
 
-def _kernel_state(run: Any, info: Any, n: int) -> dict[str, Any]:
-    """Support vectors and dual coefficients from the final state (only SV rows collected)."""
+def _binary(base: Any, positive: Any, info: Any) -> Any:
+    """``row_id``, ``y`` (+1 for ``positive``, else -1) and the input columns."""
+    F, _ = sql(base)
+    pos = positive.item() if isinstance(positive, np.generic) else positive
+    return base.select("row_id", F.when(F.col("label") == F.lit(pos), F.lit(1.0))
+                       .otherwise(F.lit(-1.0)).alias("y"), *info.input_cols)
+
+
+class _Problem:
+    """One binary problem of the fit on Spark: Algorithm 2 (DSVRG) or Algorithm 1."""
+
+    def __init__(self, est: Any, info: Any, kernel: Any, odm: Any, n: int,
+                 n_cand: int) -> None:
+        self.est, self.info, self.kernel, self.odm = est, info, kernel, odm
+        self.n, self.n_cand = n, n_cand
+
+    def solve(self, data: Any, seed: int, candidates: Any,
+              progress: Callable[[float, str, dict], None] | None,
+              should_stop: Callable[[], bool] | None) -> tuple[list[dict], bool, Any]:
+        """``(history, stopped, solution)``: ``w`` (DSVRG) or the support-vector rows."""
+        est = self.est
+        if est._uses_dsvrg():
+            from solver.spark.linear_sodm import sodm_linear_spark
+
+            lres = sodm_linear_spark(data, self.info, self.odm, n_rows=self.n,
+                                     n_partitions=est.n_partitions, n_strata=est.n_strata,
+                                     epochs=est.epochs, step_size=est.step_size, seed=seed,
+                                     tol=float(est.tol), landmark_candidates=self.n_cand,
+                                     candidates=candidates, progress=progress,
+                                     should_stop=should_stop)
+            return lres.history, lres.stopped, np.asarray(lres.w, dtype=np.float64).ravel()
+        from solver.spark.kernel_sodm import sodm_kernel_spark
+
+        run = sodm_kernel_spark(data, self.info, self.kernel, self.odm, n_rows=self.n,
+                                p=None if est.p is None else int(est.p), levels=est.levels,
+                                n_strata=est.n_strata, landmark_candidates=self.n_cand,
+                                candidates=candidates, warm_start=est.warm_start_scaling,
+                                final_global_solve=est.final_global_solve,
+                                tol=float(est.tol), max_iter=int(est.max_iter),
+                                cache_size=float(est.cache_size), seed=seed,
+                                progress=progress, should_stop=should_stop)
+        try:
+            svs = None if run.stopped else _support_rows(run, self.info, self.n)
+        finally:
+            run.release()
+        return run.history, run.stopped, svs
+
+
+def _support_rows(run: Any, info: Any, n: int) -> pd.DataFrame:
+    """The final state's support vectors (``row_id``, ``y``, ``zeta``, ``beta``, input
+    columns) by row id: only those rows are collected."""
     state = run.state
     F, _ = sql(state)
     if run.last_level > 0:
@@ -163,31 +213,48 @@ def _kernel_state(run: Any, info: Any, n: int) -> dict[str, Any]:
             .withColumn("beta", F.col("beta") * factor)
     svs = (state.filter(F.col("zeta") + F.col("beta") > F.lit(0.0))
            .select("row_id", "y", "zeta", "beta", *info.input_cols).toPandas())
-    svs = svs.sort_values("row_id", kind="stable").reset_index(drop=True)
-    X = batch_X(svs, info)
-    Xs = model_space(X, info, constant=False)
+    return svs.sort_values("row_id", kind="stable").reset_index(drop=True)
+
+
+def _kernel_state(problems: list[pd.DataFrame], info: Any) -> dict[str, Any]:
+    """Support vectors (the union over the problems, by row id) and one row of dual
+    coefficients per problem (0 where a row is no support vector of that problem)."""
+    support = np.unique(np.concatenate([p["row_id"].to_numpy(dtype=np.int64)
+                                        for p in problems]))
+    svs = pd.concat(problems, ignore_index=True).drop_duplicates("row_id") \
+        .sort_values("row_id", kind="stable").reset_index(drop=True)
+    Xs = model_space(batch_X(svs, info), info, constant=False)
     if sp.issparse(Xs):
         Xs = sp.csr_matrix(Xs)
-    y = svs["y"].to_numpy(dtype=np.float64)
-    coef = y * (svs["zeta"].to_numpy(dtype=np.float64) - svs["beta"].to_numpy(dtype=np.float64))
-    return dict(support_vectors=Xs, dual_coef=coef[None, :],
-                support=svs["row_id"].to_numpy(dtype=np.int64),
-                n_support=np.asarray([len(svs)], dtype=np.int64))
+    coef = np.zeros((len(problems), support.size))
+    for k, p in enumerate(problems):
+        pos = np.searchsorted(support, p["row_id"].to_numpy(dtype=np.int64))
+        coef[k, pos] = p["y"].to_numpy(dtype=np.float64) * (
+            p["zeta"].to_numpy(dtype=np.float64) - p["beta"].to_numpy(dtype=np.float64))
+    return dict(support_vectors=Xs, dual_coef=coef, support=support,
+                n_support=np.asarray([len(p) for p in problems], dtype=np.int64))
 
 
-def _linear_state(base: Any, info: Any, w: np.ndarray, theta: float) -> dict[str, Any]:
-    """``w`` plus the rows outside the band ``[1-theta, 1+theta]`` (their ids only)."""
-    import pandas as pd
-
-    w = np.asarray(w, dtype=np.float64).ravel()
+def _linear_state(base: Any, info: Any, W: np.ndarray, theta: float,
+                  classes: np.ndarray) -> dict[str, Any]:
+    """``W`` (one row per problem) plus the rows outside some problem's band
+    ``[1-theta, 1+theta]`` (their ids) and the count per problem."""
+    W = np.atleast_2d(np.asarray(W, dtype=np.float64))
+    positives = [classes[1]] if W.shape[0] == 1 else list(classes)
 
     def outside(batches):
         for pdf in batches:
             Z = model_space(batch_X(pdf, info), info)
-            ym = pdf["y"].to_numpy(dtype=np.float64) * np.asarray(Z @ w).ravel()
+            labels = pdf["label"].to_numpy()
+            y = np.column_stack([np.where(labels == c, 1.0, -1.0) for c in positives])
+            ym = y * np.asarray(Z @ W.T)
             mask = (ym < 1 - theta) | (ym > 1 + theta)
-            yield pd.DataFrame({"row_id": pdf["row_id"].to_numpy(dtype=np.int64)[mask]})
+            hit = mask.any(axis=1)
+            yield pd.DataFrame({"row_id": pdf["row_id"].to_numpy(dtype=np.int64)[hit],
+                                "mask": list(mask[hit])})
 
-    ids = base.mapInPandas(outside, "row_id long").toPandas()["row_id"].to_numpy(np.int64)
-    ids.sort()
-    return dict(w=w[None, :], support=ids, n_support=np.asarray([ids.size], dtype=np.int64))
+    out = base.mapInPandas(outside, "row_id long, mask array<boolean>").toPandas()
+    out = out.sort_values("row_id", kind="stable")
+    masks = np.asarray(out["mask"].tolist(), dtype=bool).reshape(len(out), W.shape[0])
+    return dict(w=W, support=out["row_id"].to_numpy(dtype=np.int64),
+                n_support=masks.sum(axis=0).astype(np.int64))

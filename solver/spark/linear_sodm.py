@@ -79,7 +79,8 @@ def _pack(parts: Any, info: DataInfo) -> tuple[Any, int]:
 
 def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: int
               ) -> tuple[np.ndarray, float]:
-    """Full gradient ``(1/M) sum_j (m_j w + X_j' c_j)`` and the primal loss sum (one job)."""
+    """Full gradient ``w + (1/M) sum_j X_j' c_j`` (the partitions' sums added in partition
+    order, then the local ``full_gradient`` arithmetic) and the primal loss sum (one job)."""
 
     def part_grad(batches):
         from solver.dsvrg import instance_coefficients
@@ -90,7 +91,7 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
                 X, y = _unpack(row, d, sparse)
                 g = y * np.asarray(X @ w).ravel()
                 c = instance_coefficients(g, y, params)
-                h = y.size * w + np.asarray(X.T @ c).ravel()
+                h = np.asarray(X.T @ c).ravel()
                 loss = margin_loss(g, params)
                 yield pd.DataFrame({"part": [int(row["part"])], "h": [h], "loss": [loss]})
 
@@ -100,7 +101,7 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
     for r in rows:
         total += np.asarray(r["h"], dtype=np.float64)
     loss = sum(float(r["loss"]) for r in rows)
-    return total / M, loss
+    return w + total / M, loss
 
 
 def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,

@@ -19,9 +19,9 @@ import numpy as np
 import psutil
 import pytest
 
-from solver import SODMClassifier
 from tests.fixtures.stack import REPO_ROOT, free_port
 from tests.service.jobs_helpers import load_libsvm, submit, upload, wait_job
+from tests.spark.helpers import local_fit
 
 pytestmark = [pytest.mark.spark, pytest.mark.stack]
 
@@ -97,7 +97,7 @@ def test_quick_start_trains_on_spark(quick_start: httpx.Client, datasets_dir: Pa
     assert all(h["backend"] == "spark" for h in done["history"])
 
     X, y = load_libsvm(datasets_dir, "heart_scale")
-    local = SODMClassifier(**PARAMS, random_state=SEED).fit(X, y)
+    local = local_fit(PARAMS, SEED, X, y)
     r = client.post("/predict", json={"model_id": done["model_id"], "instances": X.tolist()})
     assert r.status_code == 200, r.text
     f_spark, f_local = np.asarray(r.json()["decision_values"]), local.decision_function(X)

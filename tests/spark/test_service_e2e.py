@@ -2,7 +2,8 @@
 Spark Connect server (``SODM_SPARK_REMOTE``), Postgres and Redis.
 
 * ``POST /train`` with ``backend: "spark"`` ends SUCCEEDED with the local backend's model and
-  held-out metrics (same params, seed and ``test_fraction``);
+  held-out metrics (same params, seed and ``test_fraction``), for two classes and three
+  (one-vs-rest), on a classic local[2] session and on Connect;
 * ``POST /jobs/{id}/cancel`` of a running Spark job ends CANCELLED and leaves no Spark job
   running on the server (read from the server's monitoring REST API, by session tag);
 * a pool child SIGKILLed mid-training leaves its Spark operation running on the server; the
@@ -19,13 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import psutil
 import pytest
 
 from tests.fixtures.stack import _start
 from tests.fixtures.worker import WorkerProcess, _Starter
 from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
+from tests.spark.helpers import (
+    CLASSES,
+    ONE_BLAS_THREAD,
+    assert_same_model,
+    three_classes,
+    upload_three_classes,
+)
 from worker.spark_backend import session_id_for
 
 pytestmark = pytest.mark.spark
@@ -55,11 +62,12 @@ def spark_api(spark_connect_server: str, stack_env: dict[str, str],
 def spark_worker(spark_connect_server: str, stack_env: dict[str, str],
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """A Celery worker (one pool child) whose Spark backend is Connect. Its lease (15 s)
-    leaves a clear window in which a dead child's Spark job is seen still running."""
+    leaves a clear window in which a dead child's Spark job is seen still running. Its
+    local jobs run BLAS on one thread, as Spark's Python workers do (``ONE_BLAS_THREAD``)."""
     starter = _Starter(stack_env, tmp_path_factory)
     try:
         yield starter(SODM_SPARK_REMOTE=str(spark_connect_server),
-                      SODM_JOB_LEASE_SECONDS="15")
+                      SODM_JOB_LEASE_SECONDS="15", **ONE_BLAS_THREAD)
     finally:
         starter.close()
 
@@ -129,22 +137,39 @@ def _wait_long_job(ui_url: str, session_id: str, timeout: float, what: str,
     raise AssertionError(f"{what}: no long Spark job within {timeout:.0f} s")
 
 
-def _predict(client: httpx.Client, model_id: str, X: np.ndarray) -> dict[str, Any]:
-    r = client.post("/predict", json={"model_id": model_id, "instances": X.tolist()})
-    assert r.status_code == 200, r.text
-    return r.json()
+@pytest.fixture(scope="module")
+def three(spark_api: str, tenant, datasets_dir: Path) -> dict[str, Any]:
+    with httpx.Client(base_url=spark_api, timeout=60,
+                      headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
+        return upload_three_classes(c, datasets_dir)
 
 
-def test_classic_master_worker_trains_and_leaves_no_jvm(sclient, start_worker, heart):
-    """``SODM_SPARK_MASTER`` (classic): the driver JVM lives in the worker's pool child; the
-    job succeeds and stopping the worker leaves no JVM behind. Runs before the Connect
-    worker exists, so this worker is the only consumer of the queue."""
-    w = start_worker(SODM_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1")
-    job = submit(sclient, {"dataset_id": heart["id"], "backend": "spark",
-                           "params": SPARK_PARAMS, "seed": SEED, "name": "heart-classic"})
-    done = wait_job(sclient, job["id"], timeout=600)
-    assert done["state"] == "SUCCEEDED", done["error"]
-    assert [h["level"] for h in done["history"]] == [2, 1]
+def _both_backends(client: httpx.Client, body: dict[str, Any]) -> tuple[dict, dict]:
+    """The same request on Spark and locally, both SUCCEEDED."""
+    spark_job = submit(client, {**body, "backend": "spark", "name": "on-spark"})
+    local_job = submit(client, {**body, "name": "on-local"})
+    done = [wait_job(client, j["id"], timeout=600) for j in (spark_job, local_job)]
+    for d in done:
+        assert d["state"] == "SUCCEEDED", d["error"]
+    return done[0], done[1]
+
+
+def test_classic_master_worker_trains_and_leaves_no_jvm(sclient, start_worker, three,
+                                                        datasets_dir):
+    """``SODM_SPARK_MASTER`` (classic local[2]): a three-class request gives the local
+    backend's model (one-vs-rest, each problem its Spark jobs); the driver JVM lives in the
+    worker's pool child and stopping the worker leaves no JVM behind. Runs before the
+    Connect worker exists, so this worker is the only consumer of the queue (it runs the
+    local job too)."""
+    w = start_worker(SODM_SPARK_MASTER="local[2]", SPARK_LOCAL_IP="127.0.0.1",
+                     **ONE_BLAS_THREAD)
+    params = {**SPARK_PARAMS, "levels": 1}
+    done, local = _both_backends(sclient, {"dataset_id": three["id"], "params": params,
+                                           "seed": SEED})
+    assert [(h["problem"], h["level"]) for h in done["history"]] == [(0, 1), (1, 1), (2, 1)]
+    X, _ = three_classes(datasets_dir)
+    model = assert_same_model(sclient, done, local, X)
+    assert model["classes"] == list(CLASSES)
     jvms = [p for c in w.children() for p in c.children(recursive=True)
             if "java" in p.name()]
     assert jvms, "the classic session's JVM runs under the pool child"
@@ -163,31 +188,21 @@ def test_spark_job_predicts_like_local_backend(sclient, spark_worker, heart, dat
     assert wrong.status_code == 422
     assert wrong.headers["content-type"].startswith("application/problem+json")
     assert wrong.json()["errors"][0]["field"] == "algorithm"
-    spark_job = submit(sclient, {**body, "backend": "spark", "name": "heart-spark"})
-    local_job = submit(sclient, {**body, "name": "heart-local"})
-    done = wait_job(sclient, spark_job["id"], timeout=600)
-    assert done["state"] == "SUCCEEDED", done["error"]
+    done, local = _both_backends(sclient, body)
     assert [h["level"] for h in done["history"]] == [2, 1]
     assert all(h["backend"] == "spark" for h in done["history"])
-    local = wait_job(sclient, local_job["id"], timeout=600)
-    assert local["state"] == "SUCCEEDED", local["error"]
-
-    model = sclient.get(f"/models/{done['model_id']}").json()
-    local_model = sclient.get(f"/models/{local['model_id']}").json()
-    assert model["backend"] == "spark"
-    ms, ml = model["metrics"], local_model["metrics"]
-    assert ms["held_out"] is True and ms["n_test"] == ml["n_test"] == 68
-    for key in ("accuracy", "precision", "recall", "f1", "confusion_matrix"):
-        assert ms[key] == ml[key], key
-    assert ms["roc_auc"] == pytest.approx(ml["roc_auc"], abs=1e-12)
-    assert model["n_support_vectors"] == local_model["n_support_vectors"]
     X, y = load_libsvm(datasets_dir, "heart_scale", heart["n_features"])
-    ps = _predict(sclient, done["model_id"], X)
-    pl = _predict(sclient, local["model_id"], X)
-    fs, fl = np.asarray(ps["decision_values"]), np.asarray(pl["decision_values"])
-    assert np.max(np.abs(fs - fl)) <= 1e-6 * np.max(np.abs(fl))
-    assert ps["labels"] == pl["labels"]
-    assert np.mean(np.asarray(ps["labels"]) == y) > 0.7  # a real classifier, not a constant
+    model = assert_same_model(sclient, done, local, X)
+    assert model["metrics"]["n_test"] == 68 and model["metrics"]["accuracy"] > 0.7
+
+
+def test_multiclass_on_connect(sclient, spark_worker, three, datasets_dir):
+    done, local = _both_backends(sclient, {"dataset_id": three["id"], "seed": SEED,
+                                           "params": SPARK_PARAMS})
+    assert [(h["problem"], h["level"]) for h in done["history"]] == \
+        [(k, lvl) for k in range(3) for lvl in (2, 1)]
+    X, _ = three_classes(datasets_dir)
+    assert_same_model(sclient, done, local, X)
 
 
 def test_cancel_stops_the_spark_work(sclient, spark_worker, guide, spark_connect_server):

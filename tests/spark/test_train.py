@@ -15,6 +15,7 @@ import pytest
 from solver import SODMClassifier
 from solver.exceptions import FitCancelled
 from solver.model_io import load_model, save_model
+from tests.spark.helpers import local_fit
 from worker.spark_backend import train_on_spark
 
 pytestmark = pytest.mark.spark
@@ -41,7 +42,7 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def local_kernel_model(spark_dataset: Path) -> SODMClassifier:
     X, y = _stored(spark_dataset)
-    return SODMClassifier(**KERNEL_PARAMS, random_state=SEED).fit(X, y)
+    return local_fit(KERNEL_PARAMS, SEED, X, y)
 
 
 @pytest.fixture
@@ -89,14 +90,13 @@ def test_landmarks_from_a_candidate_sample_match_the_local_backend(
     # backend, and differ from the all-rows selection (so the sample is really used)
     params = {**KERNEL_PARAMS, "landmark_candidates": 150}
     X, y = _stored(spark_dataset)
-    local = SODMClassifier(**params, random_state=SEED).fit(X, y)
+    local = local_fit(params, SEED, X, y)
     est = train_on_spark(spark_dataset, params, SEED, None, None, "train-candidates",
                          settings=local_settings)
     f_local = local.decision_function(X)
     assert _rel_diff(f_local, est.decision_function(X)) <= 1e-6
     np.testing.assert_array_equal(est.support_, local.support_)
-    everyone = SODMClassifier(**{**params, "landmark_candidates": 400},
-                              random_state=SEED).fit(X, y)
+    everyone = local_fit({**params, "landmark_candidates": 400}, SEED, X, y)
     assert _rel_diff(f_local, everyone.decision_function(X)) > 1e-6
 
 
@@ -106,7 +106,7 @@ def test_row_subset_matches_local_fit_on_those_rows(local_settings, spark_datase
     identity drives the partitions), so the model is the local one on the same rows."""
     X, y = _stored(spark_dataset)
     rows = np.sort(np.random.default_rng(1).choice(len(y), 300, replace=False))
-    local = SODMClassifier(**KERNEL_PARAMS, random_state=SEED).fit(X[rows], y[rows])
+    local = local_fit(KERNEL_PARAMS, SEED, X[rows], y[rows])
     est = train_on_spark(spark_dataset, KERNEL_PARAMS, SEED, None, None, "train-rows",
                          settings=local_settings, rows=rows)
     assert est.fit_info_["n_train"] == 300
@@ -120,7 +120,7 @@ def test_gamma_scale_close_to_local_backend(local_settings, spark_dataset: Path)
     points; the decision values then agree to the solver tolerance, not to 1e-6."""
     X, y = _stored(spark_dataset)
     params = {**KERNEL_PARAMS, "gamma": "scale"}
-    local = SODMClassifier(**params, random_state=SEED).fit(X, y)
+    local = local_fit(params, SEED, X, y)
     est = train_on_spark(spark_dataset, params, SEED, None, None, "train-scale",
                          settings=local_settings)
     assert est.gamma_ == pytest.approx(local.gamma_, rel=1e-12)
@@ -131,7 +131,7 @@ def test_gamma_scale_close_to_local_backend(local_settings, spark_dataset: Path)
 def test_linear_dsvrg_matches_local_backend(local_settings, spark_dataset: Path,
                                             small_partitions) -> None:
     X, y = _stored(spark_dataset)
-    local = SODMClassifier(**LINEAR_PARAMS, random_state=SEED).fit(X, y)
+    local = local_fit(LINEAR_PARAMS, SEED, X, y)
     epochs: list[int] = []
     est = train_on_spark(spark_dataset, LINEAR_PARAMS, SEED,
                          lambda f, m, r: epochs.append(r["epoch"]), None, "train-linear",
@@ -214,20 +214,41 @@ def test_sparse_layout_matches_local_csr_fit(local_settings, spark_dataset: Path
     X = X.copy()
     X[::3, 1] = 0.0  # real implicit zeros
     sparse_dir = _write_sparse(tmp_path / "sparse", X, y)
-    local = SODMClassifier(**KERNEL_PARAMS, random_state=SEED).fit(sp.csr_matrix(X), y)
+    local = local_fit(KERNEL_PARAMS, SEED, sp.csr_matrix(X), y)
     est = train_on_spark(sparse_dir, KERNEL_PARAMS, SEED, None, None, "train-sparse",
                          settings=local_settings)
     assert est.fit_info_["sparse_input"] is True
     assert _rel_diff(local.decision_function(X), est.decision_function(X)) <= 1e-6
 
 
-def test_more_than_two_classes_is_refused(local_settings, spark_dataset: Path,
-                                          tmp_path: Path) -> None:
+def _three_classes(y: np.ndarray) -> np.ndarray:
+    """svmguide1's label 1 split in two by row parity: a third class."""
+    y3 = np.asarray(y).copy()
+    y3[(y3 == 1) & (np.arange(len(y3)) % 2 == 0)] = 2
+    return y3
+
+
+@pytest.mark.parametrize("params", [KERNEL_PARAMS, LINEAR_PARAMS], ids=["kernel", "linear"])
+def test_one_vs_rest_matches_local_backend(params: dict, local_settings, spark_dataset: Path,
+                                           tmp_path: Path) -> None:
+    """Three classes: one binary problem per class, each its own Spark jobs, with the local
+    backend's seeds; the model (support union, coefficients, w) equals the local one."""
     from tests.fixtures.spark import write_dataset
 
     X, y = _stored(spark_dataset)
-    y3 = np.asarray(y).copy()
-    y3[:50] = 2
+    y3 = _three_classes(y)
     three = write_dataset(tmp_path / "three", X, y3)
-    with pytest.raises(ValueError, match="two-class"):
-        train_on_spark(three, KERNEL_PARAMS, SEED, None, None, "train-3", settings=local_settings)
+    local = local_fit(params, SEED, X, y3)
+    seen: list[str] = []
+    est = train_on_spark(three, params, SEED, lambda f, m, r: seen.append(m), None,
+                         "train-3", settings=local_settings)
+    np.testing.assert_array_equal(est.classes_, [0, 1, 2])
+    F_local, F_spark = local.decision_function(X), est.decision_function(X)
+    assert F_spark.shape == (len(y3), 3)
+    assert _rel_diff(F_local, F_spark) <= 1e-6
+    np.testing.assert_array_equal(est.support_, local.support_)
+    np.testing.assert_array_equal(est.n_support_, local.n_support_)
+    assert est.fit_info_["n_problems"] == 3
+    assert [(r["problem"], r["class"]) for r in est.history_] == \
+        [(r["problem"], r["class"]) for r in local.history_]
+    assert seen[0].startswith("class 0 (1/3): ") and seen[-1].startswith("class 2 (3/3): ")
