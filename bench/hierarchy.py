@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from bench.data import load_split
+from solver.dcd_kernel import kernel_kkt_violation
 from solver.estimators import average_local_duals
 from solver.formulation import ODMParams, dual_objective
 from solver.kernels import Kernel, kernel_decision
@@ -57,6 +59,7 @@ from solver.partition import (
     row_keys,
     stratified_partitions,
 )
+from solver.reduction import project_support
 from solver.sodm import sodm_kernel, solve_partition, stratify
 
 __all__ = ["TASKS", "CONFIGS", "PUBLISHED", "Task", "load_task", "split_task", "level_curve",
@@ -74,10 +77,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "levels2": {"levels": 2},
     "cache2048": {"cache_size": 2048.0},
-    "p2": {"p": 2, "levels": 7, "cache_size": 1024.0, "stop_rows": 15_000},
+    "p2": {"p": 2, "levels": 7, "cache_size": 2048.0, "stop_rows": 15_000},
 }
 # the structures bench.run publishes, in this order (see level_curves)
-PUBLISHED = ["default", "p2"]
+PUBLISHED = ["default", "cache2048", "p2"]
 PREDICT_ROWS = 1000
 
 
@@ -134,7 +137,13 @@ def _model_rows(task: Task, alpha: np.ndarray, ids: np.ndarray | None) -> tuple[
 def _evaluate(task: Task, kernel: Kernel, alpha: np.ndarray, ids: np.ndarray | None
               ) -> dict[str, Any]:
     sv, coef = _model_rows(task, alpha, ids)
-    Xs = task.X_fit[sv]
+    return _evaluate_model(task, kernel, task.X_fit[sv], coef)
+
+
+def _evaluate_model(task: Task, kernel: Kernel, Xs: np.ndarray, coef: np.ndarray
+                    ) -> dict[str, Any]:
+    """Support vectors, model MB, prediction CPU per 1,000 test rows, val/test accuracy."""
+    sv = np.arange(Xs.shape[0])
     out: dict[str, Any] = {"n_sv": int(sv.size), "model_mb": round(Xs.nbytes / 2**20 + sv.size
                                                                    * 8 / 2**20, 2)}
     for split, X, y in (("val", task.X_val, task.y_val), ("test", task.X_test, task.y_test)):
@@ -147,10 +156,32 @@ def _evaluate(task: Task, kernel: Kernel, alpha: np.ndarray, ids: np.ndarray | N
     return out
 
 
-def level_curve(task: Task, config: str, *, seed: int = 0, deadline: float | None = None
+def budget_rows(task: Task, kernel: Kernel, alpha: np.ndarray, ids: np.ndarray | None,
+                budgets: list[int], *, seed: int = 0) -> list[dict[str, Any]]:
+    """The model projected onto ``budget`` support vectors (the estimators'
+    ``max_support_vectors``, :func:`solver.reduction.project_support`), for every budget."""
+    sv, coef = _model_rows(task, alpha, ids)
+    Xs = task.X_fit[sv]
+    rows = [{"task": task.name, "budget": None, "reduce_cpu_s": 0.0,
+             **_evaluate_model(task, kernel, Xs, coef)}]
+    for b in budgets:
+        if b >= sv.size:
+            continue
+        t = time.process_time()
+        keep, c = project_support(Xs, coef[None, :], kernel, b, seed)
+        cpu = time.process_time() - t
+        rows.append({"task": task.name, "budget": b, "reduce_cpu_s": round(cpu, 2),
+                     **_evaluate_model(task, kernel, Xs[keep], c[0])})
+    return rows
+
+
+def level_curve(task: Task, config: str, *, seed: int = 0, deadline: float | None = None,
+                budgets: list[int] | None = None, budget_out: list | None = None
                 ) -> list[dict[str, Any]]:
     """Fit ``CONFIGS[config]`` once (``n_jobs=1``) and evaluate the model of every level;
-    past ``deadline`` (``time.monotonic()``) the fit stops and its last row says so."""
+    past ``deadline`` (``time.monotonic()``) the fit stops and its last row says so.  With
+    ``budgets``, the last level's model under each support-vector budget goes to
+    ``budget_out`` (:func:`budget_rows`)."""
     kw = dict(CONFIGS[config])
     stop_rows = kw.pop("stop_rows", None)
     kernel = Kernel("rbf", gamma=task.gamma)
@@ -184,6 +215,11 @@ def level_curve(task: Task, config: str, *, seed: int = 0, deadline: float | Non
         rows[-1]["fit_wall_s"] = round(wall, 2)
         if res.stopped and not (big_enough and big_enough[-1]):
             rows[-1]["status"] = "stopped at the time cap"
+        if budgets and budget_out is not None:
+            lvl = rows[-1]["level"]
+            ids = level_ids(res.partitions, res.p, top, lvl) if lvl > 0 else None
+            budget_out.extend(budget_rows(task, kernel, res.level_alpha[lvl], ids, budgets,
+                                          seed=seed))
     return rows
 
 
@@ -241,7 +277,8 @@ def _exact_cache_mb(m: int) -> float:
 
 def theorem1(task: Task, *, p: int = 2, levels: int = 3, seed: int = 0
              ) -> list[dict[str, Any]]:
-    """Gap of every level's model (rescaled to the global problem) to the exact optimum."""
+    """Gap of every level's model (rescaled to the global problem) to the exact optimum,
+    and of a last level solved on level 1's support rows only (:func:`_support_level`)."""
     kernel = Kernel("rbf", gamma=task.gamma)
     alpha_star, d_star, exact_cpu = _exact(task, kernel, seed)
     rows = [{"task": task.name, "rows": int(len(task.y_fit)), "p": p, "level": 0,
@@ -261,7 +298,37 @@ def theorem1(task: Task, *, p: int = 2, levels: int = 3, seed: int = 0
                      "partitions": rec["partitions"], "objective": d,
                      "rel_gap": (d - d_star) / abs(d_star), "cpu_s": round(cpu, 2),
                      **_evaluate(task, kernel, res.level_alpha[lvl], ids)})
+    ids = level_ids(res.partitions, p, levels, 1)
+    alpha, sv_rows, kkt, level_cpu = _support_level(task, kernel, res.level_alpha[1], ids,
+                                                    seed)
+    d = _global_objective(task, kernel, alpha)
+    rows.append({"task": task.name, "rows": int(len(task.y_fit)), "p": p,
+                 "level": "0 on support rows", "partitions": 1, "solved_rows": sv_rows,
+                 "objective": d, "rel_gap": (d - d_star) / abs(d_star),
+                 "kkt_all_rows": kkt, "cpu_s": round(cpu + level_cpu, 2),
+                 **_evaluate(task, kernel, alpha, None)})
     return rows
+
+
+def _support_level(task: Task, kernel: Kernel, alpha1: np.ndarray, ids: np.ndarray,
+                   seed: int) -> tuple[np.ndarray, int, float, float]:
+    """Merging beyond level 1 the cascade way: one global problem (``m_scale = M``) on the
+    rows level 1 left with nonzero duals, warm-started from level 1 on the global scale; rows
+    in the band keep zero duals.  Returns the duals, the rows solved, the KKT violation
+    over *all* rows (what dropping the others cost) and the CPU seconds."""
+    t = time.process_time()
+    M = len(task.y_fit)
+    a = average_local_duals(alpha1, ids)
+    sv = np.flatnonzero(a.sum(axis=1) > 0)
+    out = solve_partition(task.X_fit[sv], task.y_fit[sv], kernel, task.params, a[sv],
+                          m_scale=float(M), tol=TOL, max_iter=1000,
+                          cache_size=_exact_cache_mb(sv.size), seed=local_seed(seed, 0, 0),
+                          check_warm_start=False)
+    alpha = np.zeros((M, 2))
+    alpha[sv] = out.alpha
+    cpu = time.process_time() - t
+    kkt = kernel_kkt_violation(task.X_fit, task.y_fit, kernel, task.params, alpha)
+    return alpha, int(sv.size), float(kkt), cpu
 
 
 def _local_solves(task: Task, kernel: Kernel, ids: np.ndarray, n_parts: int, seed: int
@@ -305,33 +372,40 @@ def theorem2(task: Task, *, p: int = 8, seed: int = 0, d_star: float | None = No
 
 
 def run(tasks: list[str], configs: list[str], *, theorem_rows: int = 16_000,
-        theorem_p: int = 8, seed: int = 0, out: Path | None = None) -> dict[str, Any]:
-    """Everything for ``tasks``: level curves of ``configs`` on the whole fit split, and both
-    theorems on a ``theorem_rows`` subsample (``theorem_rows=0`` skips them).  With ``out``
-    the JSON file is rewritten after every piece."""
+        theorem_p: int = 8, seed: int = 0, budgets: list[int] | None = None,
+        out: Path | None = None) -> dict[str, Any]:
+    """Everything for ``tasks``: level curves of ``configs`` on the whole fit split (the
+    first config's model also under the support-vector ``budgets``), and both theorems on a
+    ``theorem_rows`` subsample (``theorem_rows=0`` skips them).  With ``out`` the JSON file
+    is rewritten after every piece."""
     results: dict[str, Any] = {"settings": {
         "gamma": f"{GAMMA_MULT:g} / (d Var X)", "lam": PARAMS.lam, "theta": PARAMS.theta,
         "upsilon": PARAMS.upsilon, "tol": TOL, "val_fraction": VAL_FRACTION,
         "val_max_rows": VAL_MAX_ROWS, "seed": seed, "load_avg_start": list(os.getloadavg())},
-        "curves": [], "theorem1": [], "theorem2": []}
+        "curves": [], "budget": [], "theorem1": [], "theorem2": []}
 
     def save() -> None:
         if out is not None:
             out.write_text(json.dumps(results, indent=1) + "\n")
 
-    for name in tasks:
-        if theorem_rows:
-            sub = load_task(name, max_fit=theorem_rows, seed=seed)
-            t1 = theorem1(sub, seed=seed)
-            results["theorem1"].extend(t1)
-            save()
-            results["theorem2"].extend(theorem2(sub, p=theorem_p, seed=seed,
-                                                d_star=t1[0]["objective"]))
-            save()
-        task = load_task(name, seed=seed)
-        for config in configs:
-            results["curves"].extend(level_curve(task, config, seed=seed))
-            save()
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):  # CPU seconds of one core
+        for name in tasks:
+            if theorem_rows:
+                sub = load_task(name, max_fit=theorem_rows, seed=seed)
+                t1 = theorem1(sub, seed=seed)
+                results["theorem1"].extend(t1)
+                save()
+                results["theorem2"].extend(theorem2(sub, p=theorem_p, seed=seed,
+                                                    d_star=t1[0]["objective"]))
+                save()
+            task = load_task(name, seed=seed)
+            for i, config in enumerate(configs):
+                results["curves"].extend(level_curve(
+                    task, config, seed=seed, budgets=budgets if i == 0 else None,
+                    budget_out=results["budget"]))
+                save()
     results["settings"]["load_avg_end"] = list(os.getloadavg())
     save()
     return results
@@ -354,15 +428,22 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     lines = ["### SODM per level (accuracy and CPU seconds when stopping at each level)", ""]
     lines += _table(results.get("curves", []), [
         ("task", "task"), ("structure", "config"), ("p", "p"), ("level", "level"),
-        ("partitions x rows", "partition_rows"), ("epochs", "epochs"),
+        ("partition rows", "partition_rows"), ("epochs", "epochs"),
         ("fit CPU s", "fit_cpu_s"), ("val acc", "val_accuracy"),
         ("test acc", "test_accuracy"), ("SVs", "n_sv"),
         ("predict CPU s / 1k", "predict_cpu_s_per_1000")])
+    lines += ["", "### Support-vector budget (`max_support_vectors`) on the first structure's "
+              "model", ""]
+    lines += _table(results.get("budget", []), [
+        ("task", "task"), ("budget", "budget"), ("SVs", "n_sv"), ("model MB", "model_mb"),
+        ("projection CPU s", "reduce_cpu_s"), ("predict CPU s / 1k", "predict_cpu_s_per_1000"),
+        ("val acc", "val_accuracy"), ("test acc", "test_accuracy")])
     lines += ["", "### Theorem 1: relative gap to the exact dual optimum, level by level", ""]
     lines += _table(results.get("theorem1", []), [
         ("task", "task"), ("rows", "rows"), ("p", "p"), ("level", "level"),
-        ("partitions", "partitions"), ("relative gap", "rel_gap"),
-        ("val acc", "val_accuracy"), ("test acc", "test_accuracy"), ("CPU s", "cpu_s")])
+        ("partitions", "partitions"), ("rows solved", "solved_rows"),
+        ("relative gap", "rel_gap"), ("KKT, all rows", "kkt_all_rows"),
+        ("val acc", "val_accuracy"), ("test acc", "test_accuracy"), ("fit CPU s", "cpu_s")])
     lines += ["", "### Theorem 2: stratified against random partitions at the same p", ""]
     lines += _table(results.get("theorem2", []), [
         ("task", "task"), ("rows", "rows"), ("p", "p"), ("partitions", "partitions"),
@@ -375,16 +456,33 @@ def report_lines(results: dict[str, Any]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    ap.add_argument("--configs", nargs="+", default=["default"], choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="*", default=["default"], choices=list(CONFIGS))
     ap.add_argument("--theorem-rows", type=int, default=16_000)
     ap.add_argument("--theorem-p", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--budgets", type=int, nargs="*", default=[2000, 5000, 10000],
+                    help="support-vector budgets applied to the first config's model")
+    ap.add_argument("--out", type=Path, default=None, help="JSON results")
+    ap.add_argument("--doc", type=Path, default=None, help="markdown report")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     res = run(a.tasks, a.configs, theorem_rows=a.theorem_rows, theorem_p=a.theorem_p,
-              seed=a.seed, out=a.out)
-    print("\n".join(report_lines(res)))
+              seed=a.seed, budgets=a.budgets, out=a.out)
+    lines = report_lines(res)
+    if a.doc is not None:
+        s = res["settings"]
+        head = ["# SODM hierarchy: per-level curves and the paper's theorems", "",
+                "Written by `PYTHONPATH=. .venv/bin/python -m bench.hierarchy "
+                + " ".join(sys.argv[1:]) + "` (see `bench/hierarchy.py` for the protocol, "
+                "`docs/design-notes.md` for what it decided).", "",
+                f"Setting: RBF gamma = {s['gamma']}, lam = {s['lam']:g}, theta = "
+                f"{s['theta']:g}, upsilon = {s['upsilon']:g}, tol = {s['tol']:g}; validation "
+                f"rows: {s['val_fraction']:.0%} of each training split (at most "
+                f"{s['val_max_rows']:,}); one BLAS thread, n_jobs=1. Load average at the start "
+                f"{s['load_avg_start'][0]:.1f}, at the end {s['load_avg_end'][0]:.1f} (a shared "
+                "2-core machine: CPU seconds are steadier than wall seconds).", ""]
+        a.doc.write_text("\n".join(head + lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
