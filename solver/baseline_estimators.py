@@ -64,7 +64,7 @@ class CascadeODMClassifier(_PartitionedBaseline):
     _function_name = "ca_odm"
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
-                 coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
+                 coef0: float = 1.0, lam: float = 1e4, upsilon: float = 0.5,
                  theta: float = 0.2, levels: int | None = 3,
                  warm_start_scaling: str = "rescale",
                  n_jobs: int | None = 1, tol: float = 1e-3, max_iter: int = 1000,
@@ -96,7 +96,7 @@ class DiPODMClassifier(CascadeODMClassifier):
     _int_options = ("n_clusters",)
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
-                 coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
+                 coef0: float = 1.0, lam: float = 1e4, upsilon: float = 0.5,
                  theta: float = 0.2, levels: int | None = 3, n_clusters: int = 20,
                  warm_start_scaling: str = "rescale", n_jobs: int | None = 1, tol: float = 1e-3,
                  max_iter: int = 1000, cache_size: float = 512.0, fit_intercept: bool = True,
@@ -120,7 +120,7 @@ class DCODMClassifier(CascadeODMClassifier):
     _int_options = ("fanout", "sample_size")
 
     def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
-                 coef0: float = 1.0, lam: float = 1000.0, upsilon: float = 0.5,
+                 coef0: float = 1.0, lam: float = 1e4, upsilon: float = 0.5,
                  theta: float = 0.2, levels: int | None = 2, fanout: int = 4,
                  sample_size: int = 2000, warm_start_scaling: str = "rescale",
                  n_jobs: int | None = 1,
@@ -147,7 +147,7 @@ class SVRGODMClassifier(ODMBase):
 
     _algorithm_name = "svrg"
 
-    def __init__(self, *, kernel: str = "linear", lam: float = 1000.0, upsilon: float = 0.5,
+    def __init__(self, *, kernel: str = "linear", lam: float = 1e4, upsilon: float = 0.5,
                  theta: float = 0.2, epochs: int | None = None, step_size: float | None = None,
                  inner_steps: int | None = None, tol: float = 1e-6,
                  fit_intercept: bool = True, scale: bool = True, random_state=None) -> None:

@@ -124,7 +124,7 @@ def test_finds_the_narrow_kernel_the_default_misses():
     Xt, yt = checkerboard(2000, 1)
     default = SODMClassifier(random_state=0).fit(X, y).score(Xt, yt)
     auto = SODMClassifier(lam="auto", gamma="auto", random_state=0).fit(X, y)
-    assert auto.score(Xt, yt) > default + 0.1, (auto.score(Xt, yt), default)
+    assert auto.score(Xt, yt) > default + 0.05, (auto.score(Xt, yt), default)
     a = auto.fit_info_["auto"]
     assert a["chosen"]["gamma"] > a["gamma_scale"]
     # successive halving: the whole 7 x 5 grid on 1500 / 3 rows, a third of it on all rows
