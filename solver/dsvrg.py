@@ -1,8 +1,9 @@
 """SODM Algorithm 2 (Wang et al., IJCAI-23): distributed SVRG on the linear ODM primal.
 
 Primal ``p(w) = (1/M) sum_i p_i(w)``, ``p_i(w) = 1/2 ||w||^2 + lam/(2(1-theta)^2) (xi_i^2 +
-upsilon eps_i^2)``, per-instance gradient in DiODM's form (with the ``1/(1-theta)^2`` factor,
-digest section 1.8): ``grad p_i(w) = w + c_i(w) x_i`` with
+upsilon eps_i^2)``, per-instance gradient in DiODM's form (with the ``1/(1-theta)^2``
+factor, the exact gradient of this primal; the SODM paper prints it without):
+``grad p_i(w) = w + c_i(w) x_i`` with
 ``c_i = lam/(1-theta)^2 y_i [(g_i + theta - 1) 1(g_i < 1-theta) + upsilon (g_i - theta - 1)
 1(g_i > 1+theta)]`` and ``g_i = y_i w.x_i``.
 

@@ -12,8 +12,9 @@
    warm start is the per-instance concatenation of the children's ``alpha`` (``alpha`` lives
    in one ``(M, 2)`` array in input row order, so concatenation is implicit), either
    paper-literal (``warm_start="literal"``) or multiplied by ``m_old / m_new``
-   (``"rescale"``: the local optimum of a representative partition is about ``p`` times the
-   merged problem's, see the digest section 2.7).
+   (``"rescale"``: a partition of ``m`` rows stands for its data repeated ``m_new / m``
+   times, as in the proof of the paper's Theorem 2, so its local optimum is about
+   ``m_new / m`` times the merged problem's).
 4. Between-level convergence test (the paper's "if all alpha converge"): before solving a
    level, the max projected-gradient (KKT) violation of the merged warm start is computed on
    every merged problem; a partition whose warm start is already ``<= tol`` is not re-solved,
@@ -26,52 +27,32 @@
 Steps 3-5 are the level driver :func:`solver.levels.run_levels`, shared with the Spark
 backend; here :class:`PoolLevels` solves each level's partitions in a process pool.
 
-Defaults (chosen with ``bench/sodm_defaults.py``: svmguide1, phishing and a9a, 8000-row
-training subsamples at most, RBF with gamma = 1/(d var X), lam = 1000, tol = 1e-3, one core;
-timings on a shared 2-core machine are noisy to about +-50%):
+Defaults (the measurements behind them, with their commands, are in ``docs/design-notes.md``):
 
-* ``p`` (merge fan-in): the smallest ``p >= 2`` whose level-1 partitions (``M / p`` rows) have
-  a float32 kernel within ``cache_size`` (:func:`default_p`; the paper leaves ``p`` to the
-  user and runs ``p = 2``).  Level 1 is always solved and its concatenation is the output, so
-  its partition size sets the cost: a partition larger than the cache runs from the column
-  cache and its active face is too large for the direct Newton step.  ``bench/sodm_levels.py``
-  (full training sets, the protocol's RBF settings, n_jobs=2, cache_size=1024, 2-core
-  workstation, 2026-11-25; cod-rna p=2 measured before that day's float32 face solves):
-  cod-rna p=2 (2 levels) 89.7 s, p=4 (this default, 1 level) 25.4 s
-  and 17.1 s with 2 levels, test accuracy 0.9656 / 0.9653 / 0.9653, SVC 18.4 s and 0.9650;
-  ijcnn1 p=2 28.8 s, p=4 17.0 s (18.5 s with 2 levels), 0.9824 / 0.9817, SVC 7.2 s and
-  0.9731; a9a keeps p=2 (7.8 s with 1 level, 17.2 s with 2; SVC 39.0 s).
-* ``levels``: the fewest ``L >= 1`` whose partitions (``M / p**L`` rows) have a float32 kernel
-  within ``cache_size``, bounded by partitions of at least ``MIN_LEVEL_PARTITION_ROWS`` =
-  5,000 rows and 10 levels (0 levels, the exact solver, below ``2 p * 5000`` rows); see
-  :func:`default_levels`.  Smaller partitions cost more in the process pool and the merge
-  than they save and lose accuracy: phishing (8,844 rows, the protocol's settings,
-  ``bench/sodm_levels.py phishing --levels 0 1 --p 2``) took 1.6 s exact and 2.2 s with two
-  partitions, test accuracy 0.9665 vs 0.9643 (the rule was 2,000 rows before 2026-11-25).
-  With the default ``p`` that is 1 level.  A finer level only buys a warm start for level 1:
-  with the solver of 2026-11-25 it paid off on cod-rna (above) and cost time on ijcnn1 and
-  a9a, so it is not the default.  On the 8,000-row subsamples of ``bench/sodm_defaults.py``
-  accuracy did not depend on the number of levels (phishing 0.9543-0.9548, a9a
-  0.8502-0.8506 for 1..6 levels).  With an explicit small ``p``, finer levels are worth it
-  when level 1's kernel does not fit the cache (column-cache mode recomputes kernel
-  columns).
-* ``landmark_candidates = 20,000``: landmarks are chosen among a seeded sample of about
-  that many rows (all rows below it).  The Spark backend then collects that sample (a few
-  MB) and selects in the driver, one Spark job instead of one per landmark: cod-rna
-  (59,535 rows, 50 landmarks) spent 23.3 s of a 58.7 s Spark fit in the 50 landmark passes.
-* ``n_strata = 50`` (the authors' setting): 1, 10, 50 and 200 strata gave the same accuracy
-  (+-0.001) and 200 cost up to 2x more time (landmark selection is O(M S^2)).
-* ``warm_start = "rescale"``: same solutions, fewer epochs at every merged level than
-  ``"literal"`` (phishing 13/9/6 vs 15/11/8 epochs for levels 3/2/1; warm-start KKT violation
-  ~0.16 vs ~1.3 on svmguide1).
-* ``final_global_solve = False`` (the paper's output): the level-1 concatenation had a relative
-  dual gap of 0.4-1.4% but the exact optimum's test accuracy on all three sets; the final
-  solve reaches the optimum (gap < 1e-7) at 2-3x the time.
+* ``p`` (the merge factor): the smallest ``p >= 2`` whose level-1 partitions (``M / p`` rows)
+  have a float32 kernel within ``cache_size`` (:func:`default_p`; the paper leaves ``p`` to
+  the user).  Level 1 is always solved and its partition size sets the accuracy: larger
+  partitions are more accurate at about the same CPU (fewer, larger kernel blocks), so
+  ``cache_size`` trades memory for accuracy; a partition larger than the cache would run
+  from the column cache, with faces too large for the direct Newton step.
+* ``levels``: the fewest ``L >= 1`` whose partitions fit ``cache_size`` the same way, with
+  no partition under ``MIN_LEVEL_PARTITION_ROWS`` rows and at most ``MAX_LEVELS`` levels
+  (0 levels, the exact solver, below ``2 p * MIN_LEVEL_PARTITION_ROWS`` rows); see
+  :func:`default_levels`.  With the default ``p`` that is one level: reaching the same
+  partitions through finer levels costs about twice the CPU for no more accuracy (a finer
+  level only buys a warm start, and local solves from zero converge fast).
+* ``landmark_candidates``: landmarks are chosen among a seeded sample of about
+  ``DEFAULT_LANDMARK_CANDIDATES`` rows (all rows below it), which the Spark backend collects
+  and selects from in the driver, one job instead of one per landmark.
+* ``n_strata = 50`` (the authors' setting).
+* ``warm_start = "rescale"``: the local optimum of a representative partition is about ``p``
+  times the merged problem's, so the rescaled warm start starts closer (fewer epochs).
+* ``final_global_solve = False`` (the paper's output): the level-1 concatenation, not the
+  exact optimum.
 * The warm-start KKT check (``convergence_test``) goes through the merged partition in row
-  blocks and stops at the first block that violates ``tol``, so when it fails (the usual case)
-  it costs about ``1024 / m`` of a kernel-vector product; the history's ``warm_start_kkt`` is
-  then the max over the rows examined (a lower bound).  A full check measured +30-50% per
-  merged level.
+  blocks and stops at the first block that violates ``tol``, so a failing check (the usual
+  case) costs about ``1024 / m`` of a kernel-vector product; the history's
+  ``warm_start_kkt`` is then the max over the rows examined (a lower bound).
 
 Memory: ``cache_size`` (MB) is the kernel budget of *each* local solve, i.e. per worker process
 as in LIBSVM/scikit-learn (total about ``n_jobs * cache_size``); the local solver stores the
@@ -124,7 +105,7 @@ ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
 
 MIN_LEVEL_PARTITION_ROWS = 5000  # no default level with partitions smaller than this
-_MAX_LEVELS = 10
+MAX_LEVELS = 10  # deeper hierarchies only add merges of tiny partitions
 _MB = 1 << 20
 DEFAULT_N_STRATA = 50
 # landmarks are chosen among a seeded key-threshold sample of about this many rows
@@ -174,17 +155,8 @@ class PartitionOutcome:
 
 
 def default_p(n_rows: int, cache_size: float = 512.0) -> int:
-    """The smallest merge fan-in ``p >= 2`` whose level-1 partitions (``ceil(M / p)`` rows)
-    have a float32 kernel within ``cache_size`` MB.
-
-    Level 1's ``p`` partitions are always solved and their concatenation is the output, so
-    their size sets the cost: a partition whose kernel does not fit runs from the column
-    cache (kernel columns recomputed every epoch, and faces too large for the direct Newton
-    step).  cod-rna (59,535 rows, cache_size=1024, ``bench/sodm_levels.py``): p=2 gives
-    29,768-row level-1 partitions and took 89.7 s (2 levels), p=4 (this rule) 25.8 s with
-    1 level and 18.3 s with 2, test accuracy 0.9656 vs 0.9653; SVC 16.0 s, 0.9650 (the
-    module docstring has the later measurements).
-    """
+    """The smallest merge factor ``p >= 2`` whose level-1 partitions (``ceil(M / p)`` rows)
+    have a float32 kernel within ``cache_size`` MB (module docstring)."""
     fit_rows = max(1, int(math.sqrt(float(cache_size) * _MB / 4.0)))
     return max(2, math.ceil(int(n_rows) / fit_rows))
 
@@ -228,7 +200,7 @@ def default_levels(n_rows: int, p: int, cache_size: float = 512.0) -> int:
     cache mode recomputes kernel columns every epoch).
     """
     L_max = 0
-    while L_max < _MAX_LEVELS and n_rows / float(p) ** (L_max + 1) >= MIN_LEVEL_PARTITION_ROWS:
+    while L_max < MAX_LEVELS and n_rows / float(p) ** (L_max + 1) >= MIN_LEVEL_PARTITION_ROWS:
         L_max += 1
     fit_rows = math.sqrt(float(cache_size) * _MB / 4.0)
     for L in range(1, L_max + 1):
