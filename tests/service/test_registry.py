@@ -21,6 +21,12 @@ def _train(c: httpx.Client, dataset_id: str, name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
+def tenant(make_tenant):
+    """A tenant of this module's own: other modules' aliases and names never show here."""
+    return make_tenant()
+
+
+@pytest.fixture(scope="module")
 def versions(api_server, tenant, datasets_dir, worker):
     """reg v1 and v2 on one upload of heart_scale, reg-other v1 on another."""
     first = upload_as(api_server, tenant, datasets_dir, "heart_scale")

@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.fixtures.aio import run_async
 from tests.fixtures.stack import REPO_ROOT, free_port
 from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
 
@@ -75,7 +76,7 @@ def test_micro_batching_gives_the_unbatched_decision_values(start_api, tenant, m
     lib = load_model(_file_path(model))
     alone = np.array([lib.decision_function(r[None, :])[0] for r in rows])
     bodies = [{"model_id": model["id"], "instances": [r.tolist()]} for r in rows]
-    responses = asyncio.run(_concurrent(server.url, tenant[1], bodies))
+    responses = run_async(_concurrent(server.url, tenant[1], bodies))
     assert [r.status_code for r in responses] == [200] * len(rows)
     got = np.array([r.json()["decision_values"][0] for r in responses])
     np.testing.assert_allclose(got, alone, rtol=1e-12, atol=1e-12)
@@ -336,7 +337,7 @@ def test_concurrent_counts_share_round_trips_and_stay_exact(stack_env):
         who = uuid.uuid4().hex
         return await asyncio.gather(*(lim.hit("key", who, 40, 1) for _ in range(60)))
 
-    decisions = asyncio.run(burst())
+    decisions = run_async(burst())
     assert len(alone) < 60  # the others went in pipelines
     assert sum(d.allowed for d in decisions) == 40
     assert sorted(d.remaining for d in decisions) == [0] * 20 + list(range(40))
