@@ -25,12 +25,10 @@ from app.services import models as models_service
 from app.services import storage
 from app.services.cursors import as_utc, page, split_page
 
-PROBLEM_BASE = "https://sodm.dev/problems/"
-
 
 def _invalid(field: str, detail: str, **extra: Any) -> ProblemError:
     return ProblemError(422, "Invalid prediction request", detail=detail,
-                        type=PROBLEM_BASE + "invalid-request",
+                        type="invalid-request",
                         errors=[{"field": field, "message": detail}], **extra)
 
 
@@ -54,7 +52,7 @@ def create(session: Session, tenant: Tenant, body: PredictionRequest) -> Job:
     ds = session.get(Dataset, body.dataset_id)
     if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
         raise ProblemError(404, "Dataset not found", detail=f"no dataset {body.dataset_id!r}",
-                           type=PROBLEM_BASE + "not-found", field="dataset_id")
+                           type="not-found", field="dataset_id")
     check_columns(m, storage.read_meta(storage.dataset_dir(ds.id)))
     job = Job(tenant_id=tenant.id, kind=JobKind.PREDICT, dataset_id=ds.id, model_id=m.id,
               algorithm=m.algorithm, backend="local", params={},
@@ -72,7 +70,7 @@ def get(session: Session, tenant: Tenant, job_id: str) -> Job:
     job = session.get(Job, job_id)
     if job is None or job.tenant_id != tenant.id or job.kind != JobKind.PREDICT:
         raise ProblemError(404, "Prediction job not found", detail=f"no prediction job "
-                           f"{job_id!r}", type=PROBLEM_BASE + "not-found")
+                           f"{job_id!r}", type="not-found")
     return job
 
 
@@ -114,11 +112,11 @@ def result_file(job: Job):
     """The Parquet output of a SUCCEEDED job (409 before that, 404 when it is gone)."""
     if job.state != JobState.SUCCEEDED:
         raise ProblemError(409, "No result yet", detail=f"the job is {job.state}",
-                           type=PROBLEM_BASE + "job-not-finished", state=job.state)
+                           type="job-not-finished", state=job.state)
     path = storage.prediction_path(job.id)
     if not path.is_file():
         raise ProblemError(404, "Result missing", detail=f"job {job.id} has no result file",
-                           type=PROBLEM_BASE + "not-found")
+                           type="not-found")
     return path
 
 

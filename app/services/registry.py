@@ -20,19 +20,18 @@ from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
 from app.problems import ProblemError
 from app.services.cursors import as_utc
 
-PROBLEM_BASE = "https://sodm.dev/problems/"
 MAX_TAGS = 32
 # ``name@latest`` is the newest version; it cannot be set as an alias
 RESERVED_ALIASES = frozenset({"latest"})
 
 
 def _not_found(detail: str) -> ProblemError:
-    return ProblemError(404, "Not found", detail=detail, type=PROBLEM_BASE + "not-found")
+    return ProblemError(404, "Not found", detail=detail, type="not-found")
 
 
 def _invalid(field: str, detail: str) -> ProblemError:
     return ProblemError(422, "Invalid request", detail=detail,
-                        type=PROBLEM_BASE + "invalid-request",
+                        type="invalid-request",
                         errors=[{"field": field, "message": detail}])
 
 
@@ -88,7 +87,7 @@ def set_alias(session: Session, tenant: Tenant, name: str, alias: str, *,
         _moved(tenant, name)
         return row
     raise ProblemError(409, "Conflict", detail="the alias changed concurrently; retry",
-                       type=PROBLEM_BASE + "conflict")
+                       type="conflict")
 
 
 def delete_alias(session: Session, tenant: Tenant, name: str, alias: str) -> None:
