@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     job_lease_seconds: int = Field(default=60, alias="SODM_JOB_LEASE_SECONDS")
     job_heartbeat_seconds: float = Field(default=5.0, alias="SODM_JOB_HEARTBEAT_SECONDS")
     job_time_limit_seconds: int = Field(default=6 * 3600, alias="SODM_JOB_TIME_LIMIT_SECONDS")
+    # address space a job may add to its pool child (worker.memory); past it: FAILED
+    # memory-limit and the child lives on. 0: no limit. Spark jobs are not limited.
+    job_memory_limit_mb: int = Field(default=16384, ge=0, alias="SODM_JOB_MEMORY_LIMIT_MB")
     reaper_interval_seconds: float = Field(default=15.0, alias="SODM_REAPER_INTERVAL_SECONDS")
     requeue_after_seconds: float = Field(default=60.0, alias="SODM_REQUEUE_AFTER_SECONDS")
     # worker liveness: each worker's main process writes a heartbeat this often; a worker

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -176,6 +177,8 @@ class Model(Base):
     train_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     file_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
     file_sha256: Mapped[str] = mapped_column(String(64), default="")
+    # the model file's size (the tenant's storage quota counts it)
+    file_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     description: Mapped[str] = mapped_column(Text, default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

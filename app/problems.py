@@ -137,3 +137,34 @@ def install_problem_handlers(app: FastAPI, union_tags: tuple[str, ...] = ()) -> 
                               _validation_handler(frozenset(union_tags)))
     app.add_exception_handler(StarletteHTTPException, _http_handler)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unhandled_handler)
+
+
+# ------------------------------------------------------------------ leak-free details
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+_FRAME_LINE = re.compile(r"^\s*(File \"|at [\w$.]+\(|\.\.\. \d+ more|Caused by: |at py4j\.)")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)): ?(.*)$")
+_PATH = re.compile(r"(?<![\w.~])(?:/[\w.+@~-]+){2,}/?|[A-Za-z]:\\[^\s\"']+")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+SCRUB_INPUT_CHARS = 20_000
+SCRUB_OUTPUT_CHARS = 1_000
+
+
+def scrub_detail(text: str) -> str:
+    """A problem detail without tracebacks, file system paths or memory addresses.
+
+    A traceback is reduced to its final ``SomeError: message`` line (its message only);
+    stack frames (Python ``File "..."``, JVM ``at ...``) are dropped, absolute paths become
+    ``<path>``. Linear in the input (no backtracking pattern over an unbounded token), which
+    is cut to ``SCRUB_INPUT_CHARS`` first."""
+    lines = str(text)[:SCRUB_INPUT_CHARS].splitlines()
+    if any(_TRACEBACK_HEAD in line for line in lines) or any(
+            _FRAME_LINE.match(line) for line in lines):
+        kept = [line for line in lines if line.strip() and _TRACEBACK_HEAD not in line
+                and not _FRAME_LINE.match(line) and not line.startswith((" ", "\t"))]
+        last = next((m for line in reversed(kept) if (m := _EXC_LINE.match(line.strip()))),
+                    None)
+        lines = [last.group(3) or last.group(1).rsplit(".", 1)[-1]] if last else kept[:1]
+    out = " ".join(line.strip() for line in lines if line.strip())
+    out = _PATH.sub("<path>", out)
+    out = _ADDRESS.sub("", out)
+    return out[:SCRUB_OUTPUT_CHARS]

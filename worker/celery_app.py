@@ -13,6 +13,7 @@ from __future__ import annotations
 from celery import Celery
 from celery.signals import (
     setup_logging,
+    worker_init,
     worker_process_init,
     worker_ready,
     worker_shutdown,
@@ -89,6 +90,16 @@ def _fresh_db_pool(**_: object) -> None:
     from app.db import get_engine
 
     get_engine().dispose(close=False)
+
+
+@worker_init.connect
+def _preload(**_: object) -> None:
+    """The main process loads what jobs import before it forks its pool children, so no
+    job maps a library under its memory limit (``worker.memory``) and a new child starts
+    warm."""
+    from worker.memory import preload
+
+    preload()
 
 
 @worker_ready.connect

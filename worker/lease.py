@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 
 from app.config import get_settings
 from app.db import session_scope
@@ -77,6 +77,15 @@ class ClaimedJob:
                    if search else None)
 
 
+def db_now(session: Any) -> Any:
+    """The database's clock for lease arithmetic (``now()`` inside the statement on
+    Postgres, so every worker's leases are measured by one clock whatever its own says;
+    SQLite, the single-machine embedded stack, has no usable one: this process's)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return func.now()
+    return utcnow()
+
+
 def owned(job_id: str, claim_worker: str, attempt: int):
     """The WHERE clause that a write by the owner of ``(worker, attempt)`` needs."""
     return and_(Job.id == job_id, Job.worker == claim_worker, Job.attempt == attempt)
@@ -87,8 +96,8 @@ def claim(job_id: str) -> ClaimedJob | None:
     finished or cancelled. A job out of attempts is failed here (poison job)."""
     s = get_settings()
     me = worker_id()
-    now = utcnow()
     with session_scope() as session:
+        now = db_now(session)
         row = session.execute(
             update(Job)
             .where(Job.id == job_id, Job.attempt < Job.max_attempts,
@@ -191,7 +200,7 @@ class Heartbeat(threading.Thread):
             self._wake.clear()
 
     def beat(self) -> None:
-        values: dict[str, Any] = {"lease_until": utcnow() + self.lease}
+        values: dict[str, Any] = {}
         with self._lock:
             p = self._progress
             flushing = p.dirty
@@ -210,6 +219,7 @@ class Heartbeat(threading.Thread):
     def _write(self, values: dict[str, Any]) -> None:
         c = self.claim
         with session_scope() as session:
+            values = {**values, "lease_until": db_now(session) + self.lease}
             row = session.execute(
                 update(Job).where(owned(c.job_id, c.worker, c.attempt), Job.state.in_(ACTIVE))
                 .values(**values).returning(Job.state)).first()

@@ -7,6 +7,8 @@ process.
 * QUEUED jobs whose doorbell was lost (``enqueued_at``, or ``created_at`` when never sent,
   older than ``SODM_REQUEUE_AFTER_SECONDS``) are sent again, with a doubling interval for
   jobs that simply wait in a long queue; the claim makes duplicates harmless.
+* Every ``SWEEP_EVERY_SECONDS``: model files no model row owns and stale temporary files
+  are removed (``app.services.model_files.sweep``).
 All transitions are conditional UPDATEs, so concurrent reapers in several workers agree.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import and_, or_, select, update
@@ -21,11 +24,12 @@ from sqlalchemy import and_, or_, select, update
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, utcnow
-from app.services import task_client
-from worker.lease import poison_problem
+from app.services import model_files, task_client
+from worker.lease import db_now, poison_problem
 
 log = logging.getLogger(__name__)
 
+SWEEP_EVERY_SECONDS = 600.0  # orphan model files (app.services.model_files.sweep)
 RESEND_BACKOFF_CAP = 10  # the longest re-send interval, in SODM_REQUEUE_AFTER_SECONDS
 
 _thread: threading.Thread | None = None
@@ -38,7 +42,8 @@ def reap_once() -> dict[str, list[str]]:
     now = utcnow()
     out: dict[str, list[str]] = {"requeued": [], "failed": [], "cancelled": [], "resent": []}
     with session_scope() as session:
-        expired = and_(Job.lease_until.is_not(None), Job.lease_until < now)
+        # expiry by the database's clock, the one the leases were written with
+        expired = and_(Job.lease_until.is_not(None), Job.lease_until < db_now(session))
         lost: list[tuple[str, str]] = []  # (job id, Spark Connect session) to interrupt
         out["cancelled"] = _ids(lost, session.execute(
             update(Job).where(Job.state == JobState.CANCELLING, expired)
@@ -130,9 +135,13 @@ def _send(job_id: str) -> None:
 
 def _loop() -> None:
     interval = max(0.2, float(get_settings().reaper_interval_seconds))
+    next_sweep = time.monotonic()
     while not _stop.wait(interval):
         try:
             reap_once()
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
+                model_files.sweep()
         except Exception:  # noqa: BLE001 - the database may be restarting; try next time
             log.warning("reaper pass failed", exc_info=True)
 

@@ -10,9 +10,7 @@ conditional on owning ``(worker, attempt)`` (see ``worker.lease``).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -24,13 +22,16 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from app.config import get_settings
 from app.db import session_scope
+from app.logs import current_request_id
 from app.models import Dataset, Job, JobKind, JobState, Model, utcnow
-from app.problems import ProblemError
+from app.problems import ProblemError, scrub_detail
+from app.services import model_files
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
 from worker.evaluation import evaluate, n_support_vectors
 from worker.lease import ClaimedJob, Heartbeat, owned
+from worker.memory import job_memory_limit, out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -114,20 +115,14 @@ def _with_retries(fn, what: str):
             delay = min(delay * 2, 5.0)
 
 
-def _write_model_file(est: Any, model_id: str) -> tuple[str, str]:
-    """Write the portable model file atomically; returns (relative path, sha256)."""
+def _write_model_file(est: Any, model_id: str) -> tuple[str, str, int]:
+    """Write the portable model file durably; returns (relative path, sha256, size)."""
     from app.services.algorithms import portable
     from app.services.storage import model_path
-    from solver.model_io import save_model
 
     path = model_path(model_id)
-    rel = path.relative_to(get_settings().data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    save_model(portable(est), tmp)
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    os.replace(tmp, path)
-    return rel.as_posix(), digest
+    digest, size = model_files.write(portable(est), path)
+    return path.relative_to(get_settings().data_dir).as_posix(), digest, size
 
 
 def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[dict]) -> str:
@@ -175,6 +170,9 @@ def finish(c: ClaimedJob, state: JobState, *, error: dict | None = None,
            history: list[dict] | None = None,
            from_states: tuple[JobState, ...] = (JobState.RUNNING, JobState.CANCELLING)) -> bool:
     """Conditional terminal write by the owner; False when the job is no longer ours."""
+    if error is not None and isinstance(error.get("detail"), str):
+        # one place for every failure: no traceback, path or library internals is stored
+        error = {**error, "detail": scrub_detail(error["detail"])}
     values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "lease_until": None,
                               "error": error, "progress_message": state.lower()}
     if history is not None:
@@ -190,7 +188,7 @@ def finish(c: ClaimedJob, state: JobState, *, error: dict | None = None,
 
 
 def problem(kind: str, title: str, detail: str, status: int = 422) -> dict[str, Any]:
-    return ProblemError(status, title, detail[:4000], type=kind).body()
+    return ProblemError(status, title, scrub_detail(detail), type=kind).body()
 
 
 # -------------------------------------------------------------------------------- run
@@ -248,8 +246,11 @@ def run_claimed(c: ClaimedJob) -> str:
     """Run a claimed job to a terminal state; returns that state ("LOST" if reaped)."""
     hb = Heartbeat(c)
     hb.start()
+    # a Spark job's memory lives in Spark (and its JVM would inherit the limit)
+    limit_mb = 0 if c.backend == "spark" else get_settings().job_memory_limit_mb
     try:
-        return _run(c, hb)
+        with job_memory_limit(limit_mb):
+            return _run(c, hb)
     except JobLost:
         log.warning("job %s attempt %d lost its lease; stopping", c.job_id, c.attempt)
         return "LOST"
@@ -277,20 +278,36 @@ def run_claimed(c: ClaimedJob) -> str:
             err = problem("time-limit", "Time limit exceeded",
                           f"the job ran longer than {get_settings().job_time_limit_seconds} s",
                           500)
+        elif out_of_memory(exc):
+            need = (f"more than {limit_mb} MB of memory (SODM_JOB_MEMORY_LIMIT_MB)"
+                    if limit_mb else "more memory than the worker has")
+            err = problem("memory-limit", "Memory limit exceeded",
+                          f"the job needed {need}; a smaller cache_size, sample or dataset "
+                          "needs less")
         elif isinstance(exc, DatasetGone):
             err = problem("dataset-gone", "Dataset deleted", str(exc), 404)
         elif isinstance(exc, PredictionFailed):
             err = problem(exc.kind, exc.title, str(exc), exc.status)
         elif isinstance(exc, ValueError):
             err = problem("training-failed", "Training failed", f"{exc}")
-        else:
+        else:  # the log has the traceback; the job says only what a client can use
             log.exception("job %s failed", c.job_id)
             err = problem("training-failed", "Training failed",
-                          f"{type(exc).__name__}: {exc}", 500)
+                          f"{_user_message(exc)} (request id {current_request_id() or '-'})",
+                          500)
         finish(c, JobState.FAILED, error=err, history=hb.history())
         return JobState.FAILED
     finally:
         hb.stop()
+
+
+def _user_message(exc: BaseException) -> str:
+    """What a client may read of an unexpected error: the message of a Python error raised
+    in a Spark worker (its last traceback line, scrubbed), else a generic sentence."""
+    text = str(exc)
+    if "Traceback (most recent call last)" in text and "ValueError: " in text:
+        return scrub_detail(text) or "the training stopped on an internal error"
+    return "the training stopped on an internal error"
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
@@ -336,7 +353,6 @@ def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
     """A batch prediction job: the job's model over its dataset, streamed into
     ``predictions/{job id}.parquet`` (``worker.batch``); progress per batch, cancellable."""
     from app.services import storage
-    from solver.model_io import load_model
     from worker.batch import predict_dataset
 
     with session_scope() as s:
@@ -345,10 +361,13 @@ def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
         if m is None or m.deleted_at is not None:
             raise PredictionFailed("model-gone", "Model deleted",
                                    f"model {model_id} was deleted before the job ran", 404)
-        file_path, names = m.file_path, m.feature_names
+        file_path, names, sha = m.file_path, m.feature_names, m.file_sha256
     _require_datasets(c)
     hb.report(0.01, "loading the model")
-    est = load_model(get_settings().data_dir / file_path)
+    try:
+        est = model_files.read_checked(get_settings().data_dir / file_path, sha, model_id)
+    except ProblemError as exc:
+        raise PredictionFailed("model-file-corrupt", exc.title, exc.detail or "", 500) from None
     directory = storage.dataset_dir(c.dataset_id)
 
     def progress(done: int, total: int) -> None:
@@ -439,7 +458,7 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
 
     hb.report(0.96, "saving model")
     model_id = model_id_for(c.job_id)
-    rel, digest = _write_model_file(est, model_id)
+    rel, digest, size = _write_model_file(est, model_id)
     history = jsonable(getattr(est, "history_", None) or hb.history())
     fit_info = jsonable(dict(getattr(est, "fit_info_", None) or {}))
     # the model's parameters are the values it was fitted with ("auto" resolved)
@@ -455,8 +474,13 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
         "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
+        "file_bytes": size,
     }
     state = _commit_success(c, fields, history)
+    if state == JobState.CANCELLED:  # cancelled while saving: no row will own the file
+        from app.services.storage import model_path
+
+        model_files.remove(model_path(model_id))
     if state == JobState.SUCCEEDED:  # "name" now means this version in every API process
         from app.services import invalidation
 

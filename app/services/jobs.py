@@ -24,7 +24,7 @@ from app.config import get_settings
 from app.db import session_scope
 from app.logs import current_request_id
 from app.models import Dataset, Job, JobKind, JobState, Tenant, utcnow
-from app.problems import ProblemError
+from app.problems import ProblemError, scrub_detail
 from app.schemas.jobs import TrainRequestBase
 from app.services import task_client
 from app.services.algorithms import ParamError, build_estimator, estimator_class
@@ -309,6 +309,14 @@ def _revoke(job_id: str) -> None:
         log.info("revoke of %s not delivered (the claim refuses it anyway)", job_id)
 
 
+def clean_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored job problem with its detail scrubbed (rows written before the worker
+    scrubbed details may hold a traceback or paths)."""
+    if not error or not isinstance(error.get("detail"), str):
+        return error
+    return {**error, "detail": scrub_detail(error["detail"])}
+
+
 def job_out(job: Job) -> dict[str, Any]:
     """The API representation of a job."""
     base = f"/jobs/{job.id}"
@@ -328,7 +336,7 @@ def job_out(job: Job) -> dict[str, Any]:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "model_id": job.model_id,
-        "error": job.error,
+        "error": clean_error(job.error),
         "created_at": as_utc(job.created_at),
         "started_at": as_utc(job.started_at),
         "finished_at": as_utc(job.finished_at),

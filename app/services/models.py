@@ -96,11 +96,11 @@ def onnx_bytes(m: Model) -> bytes:
                            detail="this server lacks the onnx package (pip install "
                                   "'sodm[onnx]')", type="onnx-unavailable"
                            ) from None
+    from app.services.model_files import read_checked
     from solver.export import to_onnx_bytes
-    from solver.model_io import load_model
 
     try:
-        return to_onnx_bytes(load_model(path), name=f"{m.name}-v{m.version}")
+        return to_onnx_bytes(read_checked(path, m.file_sha256, m.id), name=f"{m.name}-v{m.version}")
     except ValueError as exc:  # e.g. too large for one protobuf
         raise ProblemError(422, "Model cannot be exported", detail=str(exc),
                            type="onnx-export-failed") from None

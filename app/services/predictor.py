@@ -35,6 +35,7 @@ class ModelLike(Protocol):
     version: int
     file_path: str
     n_features: int
+    file_sha256: str
 
 
 def evict(model_id: str) -> None:
@@ -60,13 +61,13 @@ def load(m: ModelLike) -> ServingModel:
     sm = cached(m.id)
     if sm is not None:
         return sm
-    from solver.model_io import load_model
+    from app.services.model_files import read_checked
 
     path = file_of(m)  # type: ignore[arg-type]
     if not path.is_file():
         raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
                            type="not-found")
-    sm = ServingModel(load_model(path))
+    sm = ServingModel(read_checked(path, m.file_sha256, m.id))
     limit = max(1, get_settings().model_cache_size)
     with _lock:
         _cache[m.id] = sm

@@ -1,0 +1,141 @@
+"""Job engine truths of issue 14 on the real stack: job problems carry no traceback, path or
+library internals; a model file whose bytes do not match its stored sha256 is refused; the
+sweep removes orphan model files and stale temporary files and keeps live ones."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from tests.service.jobs_helpers import submit, upload_as, wait_job
+
+LEAKS = re.compile(r"Traceback|File \"|/[\w.-]+/[\w.-]+|Error:|\bat org\.|0x[0-9a-f]{6}")
+
+
+@pytest.fixture(scope="module")
+def trained(api_server, tenant, datasets_dir, worker) -> dict:
+    ds = upload_as(api_server, tenant, datasets_dir, "heart_scale")
+    with httpx.Client(base_url=api_server, timeout=60,
+                      headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
+        done = wait_job(c, submit(c, {"dataset_id": ds["id"], "algorithm": "sodm",
+                                      "params": {"kernel": "linear"}})["id"])
+        assert done["state"] == "SUCCEEDED", done["error"]
+        return {"dataset": ds, "job": done, "model": c.get(f"/models/{done['model_id']}").json()}
+
+
+def test_failed_job_problem_leaks_nothing(client, api_server, tenant, datasets_dir, worker,
+                                          stack_env, db):
+    """A dataset whose files vanished under the worker (an unexpected OSError naming the
+    path): FAILED with a problem that names no path, exception type or traceback. A stored
+    problem written before the worker scrubbed details (a Spark worker traceback) is
+    scrubbed on the way out of GET /jobs/{id}."""
+    ds = upload_as(api_server, tenant, datasets_dir, "heart_scale")
+    shutil.rmtree(Path(stack_env["SODM_DATA_DIR"]) / "datasets" / ds["id"])
+    job = submit(client, {"dataset_id": ds["id"], "algorithm": "sodm",
+                          "params": {"kernel": "linear"}})
+    done = wait_job(client, job["id"], {"FAILED"}, timeout=300)
+    detail = done["error"]["detail"]
+    assert done["error"]["type"].endswith("/training-failed")
+    assert not LEAKS.search(detail) and ds["id"] not in detail, detail
+    assert "FileNotFoundError" not in detail and "internal error" in detail
+
+    spark_tb = (
+        "An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.12/site-packages/pyspark/worker.py", line 1247, in main\n'
+        "    process()\n"
+        '  File "/work/solver/spark/kernel_sodm.py", line 88, in _fit_partition\n'
+        "ValueError: partition 3 of /data/sodm/datasets/x/data.parquet has one class\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner(PythonRunner.scala:572)\n")
+    with db.begin() as conn:
+        conn.execute(text("update jobs set error = cast(:e as jsonb) where id = :j"),
+                     {"e": '{"type": "https://sodm.dev/problems/training-failed", "title": '
+                           '"Training failed", "status": 500, "detail": '
+                           + __import__("json").dumps(spark_tb) + "}", "j": job["id"]})
+    shown = client.get(f"/jobs/{job['id']}").json()["error"]["detail"]
+    assert shown.startswith("partition 3 of <path> has one class"), shown
+    assert not LEAKS.search(shown), shown
+
+
+def test_model_file_sha_mismatch_is_refused(trained, start_api, tenant, datasets_dir):
+    """One flipped byte in a stored model file: a fresh API process refuses to load it
+    (500 problem model-file-corrupt, naming no path) for /predict; restoring the bytes
+    makes it load again."""
+    from app.services.storage import model_path
+
+    model = trained["model"]
+    path = model_path(model["id"])
+    original = path.read_bytes()
+    broken = bytearray(original)
+    broken[len(broken) // 2] ^= 0xFF
+    api = start_api()
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    body = {"model_id": model["id"], "instances": [[0.0] * model["n_features"]]}
+    try:
+        path.write_bytes(bytes(broken))
+        r = httpx.post(api.url + "/predict", json=body, headers=auth, timeout=60)
+        assert r.status_code == 500, r.text
+        problem = r.json()
+        assert problem["type"].endswith("/model-file-corrupt"), problem
+        assert str(path) not in r.text and "/models/" not in problem["detail"]
+    finally:
+        path.write_bytes(original)
+    r = httpx.post(api.url + "/predict", json=body, headers=auth, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_sweep_removes_orphans_and_keeps_live_files(trained, stack_env):
+    """Stale temporary files and model files without a live row go; a live model's file, a
+    fresh temporary file and a fresh orphan (its commit may still be retried) stay."""
+    from app.services import model_files
+    from app.services.storage import model_path
+
+    live = model_path(trained["model"]["id"])
+    models = live.parent
+    old = time.time() - 2 * model_files.STALE_SECONDS
+    stale_tmp = models / f".x.sodm.{uuid.uuid4().hex}.tmp"
+    solver_tmp = models / ".tmp-abc123"
+    orphan = models / f"{uuid.uuid4()}.sodm"
+    fresh_orphan = models / f"{uuid.uuid4()}.sodm"
+    fresh_tmp = models / f".y.sodm.{uuid.uuid4().hex}.tmp"
+    for p in (stale_tmp, solver_tmp, orphan, fresh_orphan, fresh_tmp):
+        p.write_bytes(b"x")
+    for p in (stale_tmp, solver_tmp, orphan, live):
+        os.utime(p, (old, old))
+    removed = model_files.sweep()
+    assert sorted(removed) == sorted([stale_tmp.name, solver_tmp.name, orphan.name])
+    assert live.is_file() and fresh_orphan.is_file() and fresh_tmp.is_file()
+    for p in (fresh_orphan, fresh_tmp):
+        p.unlink()
+
+
+def test_train_answers_quickly_when_redis_is_silent(start_api, tenant, trained):
+    """A Redis that accepts connections and never answers (a listening socket nobody
+    serves) as broker and limiter store: POST /train still answers 202 with a QUEUED job
+    within a few broker timeouts (1 s here), never hanging on the dead Redis."""
+    import socket
+
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)  # the kernel completes handshakes; nothing ever reads or writes
+    url = f"redis://127.0.0.1:{hole.getsockname()[1]}/0"
+    try:
+        api = start_api(CELERY_BROKER_URL=url, SODM_REDIS_URL=url,
+                        SODM_BROKER_TIMEOUT_SECONDS="1")
+        t0 = time.monotonic()
+        r = httpx.post(api.url + "/train", headers={"Authorization": f"Bearer {tenant[1]}"},
+                       json={"dataset_id": trained["dataset"]["id"], "algorithm": "sodm",
+                             "params": {"kernel": "linear"}}, timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        hole.close()
+    assert r.status_code == 202 and r.json()["state"] == "QUEUED", r.text
+    assert took < 30, f"POST /train took {took:.1f}s with a silent Redis"

@@ -1,0 +1,64 @@
+"""Leases are measured by the database's clock (``worker.lease.db_now``): a worker whose own
+clock is an hour off writes, extends and judges leases exactly like one whose clock is
+right. The skew is simulated by shifting this process's ``utcnow`` (the real Postgres
+answers ``now()``); no worker consumes this module's queue, so the job waits for the
+in-process claim."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import select, text, update
+
+from tests.service.jobs_helpers import libsvm_bytes
+
+
+def _db_seconds_until(session, job_id: str) -> float:
+    return float(session.execute(text(
+        "select extract(epoch from lease_until - now()) from jobs where id = :j"),
+        {"j": job_id}).scalar())
+
+
+def test_leases_follow_the_database_clock(api_server, tenant, datasets_dir, monkeypatch):
+    from app.config import get_settings
+    from app.db import session_scope
+    from app.models import Job, JobState, utcnow
+    from worker import lease, reaper
+
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    ds = httpx.post(api_server + "/datasets", headers=auth, timeout=60,
+                    files={"file": ("h.libsvm", libsvm_bytes(datasets_dir, "heart_scale"))},
+                    data={"format": "libsvm"}).json()
+    job_id = httpx.post(api_server + "/train", headers=auth, timeout=60,
+                        json={"dataset_id": ds["id"], "algorithm": "sodm",
+                              "params": {"kernel": "linear"}}).json()["id"]
+    lease_s = get_settings().job_lease_seconds
+    for skew in (timedelta(hours=1), -timedelta(hours=1)):
+        monkeypatch.setattr(lease, "utcnow", lambda skew=skew: utcnow() + skew)
+        monkeypatch.setattr(reaper, "utcnow", lambda skew=skew: utcnow() + skew)
+        with session_scope() as s:
+            s.execute(update(Job).where(Job.id == job_id).values(
+                state=JobState.QUEUED, attempt=0, lease_until=None, worker=None))
+        c = lease.claim(job_id)
+        assert c is not None and c.attempt == 1
+        with session_scope() as s:
+            assert abs(_db_seconds_until(s, job_id) - lease_s) < 5
+            s.execute(text("update jobs set lease_until = now() + interval '2 seconds' "
+                           "where id = :j"), {"j": job_id})
+        hb = lease.Heartbeat(c)
+        hb.beat()  # extends by the lease from the database's now
+        assert not hb.lost.is_set()
+        with session_scope() as s:
+            assert abs(_db_seconds_until(s, job_id) - lease_s) < 5
+        # an unexpired lease (by the database's clock) is not reaped, whatever ours says
+        out = reaper.reap_once()
+        assert job_id not in out["requeued"] + out["failed"]
+        with session_scope() as s:
+            assert s.scalar(select(Job.state).where(Job.id == job_id)) == JobState.RUNNING
+            s.execute(text("update jobs set lease_until = now() - interval '1 second' "
+                           "where id = :j"), {"j": job_id})
+        assert job_id in reaper.reap_once()["requeued"]
+    with session_scope() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(state=JobState.CANCELLED,
+                                                             lease_until=None))
