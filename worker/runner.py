@@ -353,6 +353,7 @@ def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
     """A batch prediction job: the job's model over its dataset, streamed into
     ``predictions/{job id}.parquet`` (``worker.batch``); progress per batch, cancellable."""
     from app.services import storage
+    from app.services.predictions import batch_fraction
     from worker.batch import predict_dataset
 
     with session_scope() as s:
@@ -371,7 +372,7 @@ def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
     directory = storage.dataset_dir(c.dataset_id)
 
     def progress(done: int, total: int) -> None:
-        hb.report(0.02 + 0.97 * done / max(1, total), f"predicted {done:,} of {total:,} rows")
+        hb.report(batch_fraction(done, total), f"predicted {done:,} of {total:,} rows")
 
     try:
         summary = predict_dataset(est, directory, storage.prediction_path(c.job_id),

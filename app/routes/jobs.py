@@ -14,10 +14,12 @@ from sqlalchemy.orm import Session
 
 from app.auth import current_tenant
 from app.db import get_read_sessionmaker, get_session
-from app.models import Job, JobState, Tenant
+from app.models import Job, JobKind, JobState, Tenant
 from app.schemas.common import ID_PATTERN, IdPath
-from app.schemas.jobs import JobList, JobOut
+from app.schemas.jobs import JobList
+from app.schemas.predictions import AnyJobOut
 from app.services import jobs as jobs_service
+from app.services import predictions
 from app.services.workers import annotate_waiting
 
 router = APIRouter(tags=["jobs"])
@@ -43,21 +45,30 @@ def list_jobs(state: JobState | None = None,
     return {"items": items, "next_cursor": next_cursor}
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut)
+def _out(job: Job) -> dict:
+    """A job in its own shape: a training job's, or a batch prediction job's (``kind``)."""
+    if job.kind == JobKind.PREDICT:
+        return predictions.out(job)
+    return jobs_service.job_out(job)
+
+
+@router.get("/jobs/{job_id}", response_model=AnyJobOut)
 def get_job(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
             session: Session = Depends(get_session)) -> dict:
-    job = jobs_service.job_out(jobs_service.get_job(session, tenant, job_id))
-    return annotate_waiting(session, [job])[0]
+    """A training job, or a batch prediction job in the shape of ``/predictions/{id}``
+    (told apart by ``kind``)."""
+    job = _out(jobs_service.get_job(session, tenant, job_id))
+    return job if job["kind"] == JobKind.PREDICT else annotate_waiting(session, [job])[0]
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobOut)
+@router.post("/jobs/{job_id}/cancel", response_model=AnyJobOut)
 def cancel_job(job_id: IdPath, response: Response, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> dict:
     """200 with CANCELLED for a queued job, 202 with CANCELLING for a running one (the
     worker stops the fit, then CANCELLED), 409 problem for a finished job."""
     job = jobs_service.cancel_job(session, tenant, job_id)
     response.status_code = 200 if job.state == JobState.CANCELLED else 202
-    return jobs_service.job_out(job)
+    return _out(job)
 
 
 def _sse(event: str, data: dict, event_id: int) -> str:

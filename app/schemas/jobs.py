@@ -118,6 +118,8 @@ class Progress(BaseModel):
 class JobOut(BaseModel):
     """A training job as the API shows it."""
 
+    kind: Literal["train"] = Field(default="train", description="a training job (batch "
+                                   "prediction jobs are ``predict``)")
     id: str
     state: JobState
     dataset_id: str

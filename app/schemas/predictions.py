@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.models import JobState
 from app.schemas.common import ID_PATTERN
-from app.schemas.jobs import Progress
+from app.schemas.jobs import JobOut, Progress
 
 
 class PredictionRequest(BaseModel):
@@ -38,6 +38,8 @@ class PredictionJobOut(BaseModel):
 
     model_config = ConfigDict(protected_namespaces=())
 
+    kind: Literal["predict"] = Field(default="predict", description="a batch prediction job "
+                                     "(GET /jobs/{id} answers with either kind)")
     id: str
     state: JobState
     model_id: str
@@ -45,6 +47,10 @@ class PredictionJobOut(BaseModel):
     version: int | None
     dataset_id: str
     progress: Progress
+    rows_total: int | None = Field(description="rows of the dataset (None for jobs created "
+                                   "before the count was recorded)")
+    rows_done: int | None = Field(description="rows predicted so far (all of them once "
+                                  "SUCCEEDED)")
     result: PredictionResult | None
     error: dict[str, Any] | None
     attempt: int
@@ -52,6 +58,10 @@ class PredictionJobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     links: dict[str, str]
+
+
+AnyJobOut = Annotated[JobOut | PredictionJobOut, Field(discriminator="kind")]
+"""``GET /jobs/{id}``: a training job or a batch prediction job, told apart by ``kind``."""
 
 
 class PredictionJobList(BaseModel):

@@ -321,6 +321,7 @@ def job_out(job: Job) -> dict[str, Any]:
     """The API representation of a job."""
     base = f"/jobs/{job.id}"
     return {
+        "kind": "train",
         "id": job.id,
         "state": job.state,
         "dataset_id": job.dataset_id,

@@ -25,6 +25,30 @@ from app.services import models as models_service
 from app.services import storage
 from app.services.cursors import as_utc, page, split_page
 
+# the job's progress fraction while batches run: START + SPAN * rows done / rows in all
+# (loading the model comes before START); ``rows_done`` reads the count back from it
+PROGRESS_START, PROGRESS_SPAN = 0.02, 0.97
+
+
+def batch_fraction(done: int, total: int) -> float:
+    """The progress fraction the worker reports after ``done`` of ``total`` rows."""
+    return PROGRESS_START + PROGRESS_SPAN * done / max(1, total)
+
+
+def rows_done(job: Job) -> int | None:
+    """Rows predicted so far, from the progress fraction (exact: ``batch_fraction``'s
+    inverse, rounded); all of them once SUCCEEDED; None without a recorded total."""
+    total = (job.request or {}).get("rows_total")
+    if job.state == JobState.SUCCEEDED:
+        record = (job.history or [{}])[-1]
+        return int(record.get("rows", total or 0))
+    if total is None:
+        return None
+    f = float(job.progress_fraction or 0.0)
+    if f < PROGRESS_START:
+        return 0
+    return int(min(total, max(0, round((f - PROGRESS_START) / PROGRESS_SPAN * total))))
+
 
 def _invalid(field: str, detail: str, **extra: Any) -> ProblemError:
     return ProblemError(422, "Invalid prediction request", detail=detail,
@@ -57,7 +81,7 @@ def create(session: Session, tenant: Tenant, body: PredictionRequest) -> Job:
     job = Job(tenant_id=tenant.id, kind=JobKind.PREDICT, dataset_id=ds.id, model_id=m.id,
               algorithm=m.algorithm, backend="local", params={},
               request={**body.model_dump(mode="json"), "model_id": m.id,
-                       "version": int(m.version)},
+                       "version": int(m.version), "rows_total": int(ds.n_rows)},
               model_name=m.name, state=JobState.QUEUED, progress_fraction=0.0,
               progress_message="queued", history=[], attempt=0,
               max_attempts=get_settings().job_max_attempts)
@@ -96,11 +120,12 @@ def out(job: Job) -> dict[str, Any]:
     if done:
         links.update(parquet=f"{base}/result?format=parquet", csv=f"{base}/result?format=csv")
     return {
-        "id": job.id, "state": job.state, "model_id": job.model_id,
+        "kind": "predict", "id": job.id, "state": job.state, "model_id": job.model_id,
         "model_name": job.model_name, "version": (job.request or {}).get("version"),
         "dataset_id": job.dataset_id,
         "progress": {"fraction": 1.0 if done else float(job.progress_fraction or 0.0),
                      "message": job.progress_message or ""},
+        "rows_total": (job.request or {}).get("rows_total"), "rows_done": rows_done(job),
         "result": {k: record[k] for k in ("rows", "seconds", "bytes")} if done else None,
         "error": job.error, "attempt": job.attempt, "created_at": as_utc(job.created_at),
         "started_at": as_utc(job.started_at), "finished_at": as_utc(job.finished_at),
