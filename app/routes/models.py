@@ -86,7 +86,10 @@ def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
 
 
 @router.get("/models/{model_id}/onnx", response_class=Response,
-            responses={200: {"content": {"application/octet-stream": {}}}})
+            responses={200: {"content": {"application/octet-stream": {}},
+                             "description": "an ONNX model (ai.onnx and ai.onnx.ml operators): "
+                             "input X (float64, n x n_features); outputs label, "
+                             "decision_function and, with probability=true, probabilities"}})
 def model_onnx(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> Response:
     """The whole predictor as an ONNX graph (``solver.export``): input ``X`` (float64 rows

@@ -14,6 +14,14 @@ from app.services import algorithms
 DEFAULT_ALGORITHM = "sodm"
 
 TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "auto": {"summary": "Defaults: lam, gamma and theta chosen by cross-validation (\"auto\")",
+             "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21", "name": "churn"}},
+    "probabilities": {"summary": "Platt-calibrated probabilities; lam fixed, gamma and theta "
+                                 "auto",
+                      "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
+                                "name": "churn", "test_fraction": 0.2,
+                                "params": {"kernel": "rbf", "lam": 10000,
+                                           "probability": True}}},
     "sodm-rbf": {"summary": "SODM with an RBF kernel (defaults elsewhere)",
                  "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
                            "algorithm": "sodm", "params": {"kernel": "rbf", "lam": 1000},

@@ -29,7 +29,10 @@ class PredictRequest(BaseModel):
 
 
 class PredictResponse(BaseModel):
-    model_config = ConfigDict(protected_namespaces=())
+    model_config = ConfigDict(protected_namespaces=(), json_schema_extra={"examples": [
+        {"model_id": "9b1d2c3e-4f5a-4b6c-8d7e-0f1a2b3c4d5e", "model_name": "churn",
+         "version": 3, "classes": [0, 1], "labels": [1, 0],
+         "decision_values": [0.84, -1.12], "probabilities": [[0.18, 0.82], [0.91, 0.09]]}]})
 
     model_id: str
     model_name: str

@@ -36,7 +36,19 @@ class PredictionJobOut(BaseModel):
     """A batch prediction job: its model (resolved at creation), dataset, state, progress
     and, once SUCCEEDED, the result's size and download links (Parquet or CSV)."""
 
-    model_config = ConfigDict(protected_namespaces=())
+    model_config = ConfigDict(protected_namespaces=(), json_schema_extra={"examples": [{
+        "kind": "predict", "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9", "state": "SUCCEEDED",
+        "model_id": "9b1d2c3e-4f5a-4b6c-8d7e-0f1a2b3c4d5e", "model_name": "churn",
+        "version": 3, "dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
+        "progress": {"fraction": 1.0, "message": "predicted 250,000 of 250,000 rows"},
+        "rows_total": 250000, "rows_done": 250000,
+        "result": {"rows": 250000, "seconds": 3.1, "bytes": 4821337}, "error": None,
+        "attempt": 1, "created_at": "2026-11-25T10:00:00Z",
+        "started_at": "2026-11-25T10:00:01Z", "finished_at": "2026-11-25T10:00:04Z",
+        "links": {"self": "/predictions/5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+                  "parquet": "/predictions/5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9/result"
+                             "?format=parquet",
+                  "csv": "/predictions/5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9/result?format=csv"}}]})
 
     kind: Literal["predict"] = Field(default="predict", description="a batch prediction job "
                                      "(GET /jobs/{id} answers with either kind)")

@@ -199,8 +199,12 @@ def test_openapi_union_enum_examples_and_operation_ids(client, api_server):
     assert schemas["JobOut"]["properties"]["state"]["$ref"].endswith("/JobState")
     assert set(schemas["JobState"]["enum"]) == {"QUEUED", "RUNNING", "SUCCEEDED", "FAILED",
                                                 "CANCELLING", "CANCELLED"}
+    job = doc["paths"]["/jobs/{job_id}"]["get"]["responses"]["200"]["content"]
+    job = job["application/json"]["schema"]  # a training or a batch prediction job
+    assert job["discriminator"]["propertyName"] == "kind"
+    assert set(job["discriminator"]["mapping"]) == {"train", "predict"}
     body = doc["paths"]["/train"]["post"]["requestBody"]["content"]["application/json"]
-    assert len(body["examples"]) >= 3
+    assert len(body["examples"]) >= 3 and {"auto", "probabilities"} <= set(body["examples"])
     for example in body["examples"].values():  # every example is a valid request
         r = client.post("/train", json={**example["value"], "dataset_id": "no-such-dataset"})
         assert r.status_code in (404, 422), r.text
