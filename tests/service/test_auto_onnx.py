@@ -101,6 +101,19 @@ def test_probabilities_and_their_calibration(client, models, datasets_dir):
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
     offline = load_model(io.BytesIO(client.get(f"/models/{model['id']}/file").content))
     np.testing.assert_allclose(P, offline.predict_proba(X[:20]), rtol=1e-12, atol=1e-12)
+    # the reported ECE is that of the held-out rows' probabilities (10 equal-width bins of
+    # the top probability), recomputed here from /predict
+    y = load_libsvm(datasets_dir, "heart_scale")[1]
+    _, te = split(X, y, 0.2, SEED)
+    Pt = np.asarray(client.post("/predict", json={"model_id": model["id"],
+                                                  "instances": X[te].tolist()}
+                                ).json()["probabilities"])
+    conf = Pt.max(axis=1)
+    hit = np.asarray(model["classes"])[Pt.argmax(axis=1)] == y[te]
+    which = np.minimum((conf * 10).astype(int), 9)
+    ece = sum(np.mean(which == b) * abs(hit[which == b].mean() - conf[which == b].mean())
+              for b in range(10) if np.any(which == b))
+    assert cal["ece"] == pytest.approx(ece, abs=1e-9)
     # the more likely class is the predicted label wherever they are far from 1/2
     sure = np.abs(P[:, 1] - 0.5) > 0.1
     labels = np.asarray(r.json()["labels"])
