@@ -1,5 +1,6 @@
 """Batch predictions in the dashboard: start one from a model page, watch it finish on the
-predictions page and download the result as Parquet and as CSV."""
+predictions page and download the result as Parquet and as CSV; the job's own page shows its
+model, dataset, rows done and the downloads."""
 
 from __future__ import annotations
 
@@ -47,3 +48,14 @@ def test_batch_prediction_from_the_model_page(page_guard, api_server: str, worke
     assert as_csv.num_rows == 270
     assert as_csv.column("predicted_label").to_pylist() == \
         table.column("predicted_label").to_pylist()
+
+    # the job's page (/jobs/{id} of a prediction job): model, dataset, rows, downloads
+    row.get_by_role("link", name=row.get_attribute("data-job-id")[:8]).click()
+    page.locator("#prediction-rows", has_text="270 of 270 rows").wait_for()
+    details = page.locator("section.card", has=page.get_by_role("heading", name="Details"))
+    assert "heart-batch v1" in details.inner_text() and "heart_scale" in details.inner_text()
+    assert page.locator("#cancel").is_hidden()
+    with page.expect_download() as info:
+        page.locator("#prediction-downloads").get_by_role("button", name="as Parquet").click()
+    assert pq.read_table(info.value.path()).equals(table)
+    snap(page, screenshot, "prediction-job")

@@ -1,11 +1,13 @@
 // Job detail: parameters, live state and progress from GET /jobs/{id}/events (server-sent
 // events read with fetch streaming so the Bearer header goes along), the per-level (or
 // per-epoch) convergence charts, the error of a failed job, the cancel button and a link that
-// re-runs the job with edited parameters (the train form, filled from this job).
+// re-runs the job with edited parameters (the train form, filled from this job). A batch
+// prediction job has its own page (predictions.js).
 
 import { api, streamEvents } from "../api.js";
 import { lineChart } from "../charts.js";
 import { autoSearch } from "../fitinfo.js";
+import { renderPredictionJob } from "./predictions.js";
 import {
   TERMINAL, dl, elapsedOf, fill, fmtDate, fmtDuration, fmtNum, fmtPct, h, link, pageHeader,
   problemBox, progressBar, section, shortId, stateBadge, toast,
@@ -41,6 +43,7 @@ function convergence(history, finished) {
 export async function renderJob(main, { id, signal }) {
   document.title = `Job ${shortId(id)} · SODM`;
   let job = await api(`/jobs/${id}`, { signal });
+  if (job.kind === "predict") return renderPredictionJob(main, job, { signal });
 
   const badge = h("span");
   const bar = progressBar(0, "Job progress");

@@ -1,10 +1,11 @@
 // Batch predictions: the prediction jobs (GET /predictions) with live state and progress
 // (polled while any is queued or running), cancel, and the result downloads (Parquet, CSV);
-// ``batchForm`` starts one from a model page.
+// ``renderPredictionJob`` is one job's page (/jobs/{id} of a prediction job: model, dataset,
+// rows done, downloads); ``batchForm`` starts one from a model page.
 
 import { api, download, listAll, qs } from "../api.js";
 import { datasetNames } from "../store.js";
-import { TERMINAL, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, shortId, stateBadge, table, toast } from "../ui.js";
+import { TERMINAL, dl, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, section, shortId, stateBadge, table, toast } from "../ui.js";
 
 const POLL_MS = 1000;
 
@@ -34,7 +35,7 @@ export async function renderPredictions(main, { signal }) {
       return false;
     }
     box.replaceChildren(table([
-      { label: "Job", cell: (j) => h("code", {}, shortId(j.id)) },
+      { label: "Job", cell: (j) => link(`/jobs/${j.id}`, h("code", {}, shortId(j.id))) },
       { label: "Model", cell: (j) => link(`/models/${j.model_id}`, `${j.model_name} v${j.version}`) },
       { label: "Dataset", cell: (j) => link(`/datasets/${j.dataset_id}`, names.get(j.dataset_id) || shortId(j.dataset_id)) },
       { label: "State", cell: (j) => stateBadge(j.state) },
@@ -54,6 +55,54 @@ export async function renderPredictions(main, { signal }) {
     if (active && !signal.aborted) setTimeout(loop, POLL_MS);
   };
   await loop();
+}
+
+function rowsText(j) {
+  return j.rows_total == null ? "—" : `${fmtNum(j.rows_done ?? 0)} of ${fmtNum(j.rows_total)} rows`;
+}
+
+/** One prediction job's page (polled until it ends): state, rows done, model, dataset,
+ * cancel while it runs, the downloads once it succeeded. */
+export async function renderPredictionJob(main, job, { signal }) {
+  document.title = `Prediction ${shortId(job.id)} · SODM`;
+  const badge = h("span");
+  const bar = progressBar(0, "Prediction progress");
+  const message = h("p.progress-message", { "aria-live": "polite" });
+  const rows = h("p#prediction-rows");
+  const results = h("div#prediction-downloads");
+  const facts = h("div");
+  const out = h("div", { "aria-live": "polite" });
+  const cancelBtn = h("button.danger#cancel", { type: "button" }, "Cancel job");
+  main.append(pageHeader(`Batch prediction ${shortId(job.id)}`, badge, cancelBtn),
+    h("section.card.live-status", {}, bar, message, rows, results, out), section("Details", facts));
+  let names = new Map();
+  try { names = await datasetNames({ ids: [job.dataset_id], signal }); } catch { /* names are cosmetic */ }
+  function show(j) {
+    badge.replaceChildren(stateBadge(j.state));
+    bar.update(j.progress.fraction, j.state);
+    message.textContent = j.error ? j.error.detail : j.progress.message || j.state.toLowerCase();
+    rows.textContent = rowsText(j);
+    cancelBtn.hidden = TERMINAL.has(j.state) || j.state === "CANCELLING";
+    results.replaceChildren(j.state === "SUCCEEDED" ? h("p", {}, "Download the predictions: ", downloads(j)) : "");
+    facts.replaceChildren(dl([
+      ["Job id", h("code", {}, j.id)],
+      ["Model", link(`/models/${j.model_id}`, `${j.model_name} v${j.version}`)],
+      ["Dataset", link(`/datasets/${j.dataset_id}`, names.get(j.dataset_id) || shortId(j.dataset_id))],
+      ["Rows", rowsText(j)],
+      ["Attempt", String(j.attempt)],
+      ["Created", fmtDate(j.created_at)],
+      ["Started", fmtDate(j.started_at)],
+      ["Finished", fmtDate(j.finished_at)],
+    ]));
+  }
+  show(job);
+  cancelBtn.addEventListener("click", async () => {
+    try { show(await api(`/jobs/${job.id}/cancel`, { method: "POST", signal })); toast("Cancellation requested."); } catch (err) { if (!signal.aborted) out.replaceChildren(problemBox(err)); }
+  });
+  while (!signal.aborted && !TERMINAL.has(job.state)) {
+    await new Promise((r) => setTimeout(r, POLL_MS));
+    try { job = await api(`/jobs/${job.id}`, { signal }); show(job); } catch (err) { if (signal.aborted) return; out.replaceChildren(problemBox(err)); }
+  }
 }
 
 /** The "predict a whole dataset" form of a model page. */
