@@ -115,6 +115,21 @@ async def current_tenant(request: Request) -> Tenant:
                   created_at=entry.tenant_created_at)
 
 
+async def key_still_valid(key: str) -> bool:
+    """Whether ``key`` is still a valid, unrevoked key (this process's cache first, which a
+    revocation empties in every API process; else the database)."""
+    if not looks_like_key(key):
+        return False
+    key_hash = hash_key(key)
+    if cache.keys().get(key_hash) is not None:
+        return True
+    entry = await run_in_threadpool(_lookup, key_hash, key)
+    if entry is None:
+        return False
+    cache.keys().put(key_hash, entry)
+    return True
+
+
 async def metrics_token(request: Request) -> None:
     """FastAPI dependency of ``/metrics``: the scrape token ``SODM_METRICS_TOKEN`` (not a
     tenant's key); 404 while no token is configured. A wrong or missing token counts

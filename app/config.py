@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(default=600, ge=0, alias="SODM_RATE_LIMIT_PER_MINUTE")
     rate_limit_anonymous_per_minute: int = Field(
         default=120, ge=0, alias="SODM_RATE_LIMIT_ANONYMOUS_PER_MINUTE")
+    # per-tenant quotas (app.services.quotas; 0: no quota): stored bytes of datasets and
+    # models (507 above it), queued + running jobs (429), open /jobs/{id}/events streams
+    # across all API processes (429)
+    quota_storage_mb: int = Field(default=102_400, ge=0, alias="SODM_QUOTA_STORAGE_MB")
+    quota_active_jobs: int = Field(default=100, ge=0, alias="SODM_QUOTA_ACTIVE_JOBS")
+    quota_event_streams: int = Field(default=20, ge=0, alias="SODM_QUOTA_EVENT_STREAMS")
     redis_url: str | None = Field(default=None, alias="SODM_REDIS_URL")
     # hot-path caches: a revoked key stops within auth_cache_seconds in every API process
     # (at once while the Redis invalidation channel is up), model rows likewise

@@ -54,7 +54,7 @@ ROUTER_PROBLEMS = {
     "app.routes.health": problem_responses(503),
     "app.routes.datasets": problem_responses(400, 422, 429, 500),
     "app.routes.algorithms": problem_responses(401, 429, 500),
-    "app.routes.train": problem_responses(*_AUTHED, 404, 413),
+    "app.routes.train": problem_responses(*_AUTHED, 404, 413, 507),
     "app.routes.jobs": problem_responses(*_AUTHED, 404, 409),
     "app.routes.models": problem_responses(*_AUTHED, 404),
     "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),

@@ -27,7 +27,7 @@ from app.problems import ProblemError
 from app.schemas.common import IdPath, problem_responses
 from app.schemas.datasets import DatasetList, DatasetOut
 from app.services import datasets as datasets_service
-from app.services import storage
+from app.services import quotas, storage
 
 router = APIRouter(tags=["datasets"])
 
@@ -171,6 +171,7 @@ def _n_features(raw: str | None) -> int | None:
 def _create(tenant: Tenant, rx: _FormReceiver) -> dict[str, Any]:
     n_features = _n_features(rx.fields.get("n_features"))
     with get_sessionmaker()() as session:
+        quotas.check_storage(session, tenant.id, incoming=rx.file_bytes)
         ds = datasets_service.create_dataset(
             session, tenant, rx.file_path,  # type: ignore[arg-type]
             filename=rx.filename, declared_format=rx.fields.get("format") or None,
@@ -196,6 +197,8 @@ async def upload_dataset(request: Request, response: Response,
     if length and length.isdigit() and int(length) > limit + FORM_OVERHEAD_BYTES:
         DATASET_UPLOADS.labels("too_large").inc()
         raise _too_large(limit)
+    await run_in_threadpool(quotas.check_storage_now, tenant.id,
+                            int(length) if length and length.isdigit() else 0)
     rx = _FormReceiver(limit)
     try:
         parser = MultipartParser(params[b"boundary"], rx.callbacks())

@@ -5,27 +5,30 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from fastapi import APIRouter, Depends, Query, Response
+import anyio
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
-from app.auth import current_tenant
+from app.auth import bearer_key, current_tenant, key_still_valid
 from app.db import get_read_sessionmaker, get_session
 from app.models import Job, JobKind, JobState, Tenant
+from app.problems import ProblemError
 from app.schemas.common import ID_PATTERN, IdPath
 from app.schemas.jobs import JobList
 from app.schemas.predictions import AnyJobOut
 from app.services import jobs as jobs_service
-from app.services import predictions
+from app.services import predictions, quotas
 from app.services.workers import annotate_waiting
 
 router = APIRouter(tags=["jobs"])
 
 SSE_POLL_SECONDS = 0.5
 SSE_KEEPALIVE_SECONDS = 15.0
+SSE_KEY_CHECK_SECONDS = 1.0
 
 
 @router.get("/jobs", response_model=JobList)
@@ -81,17 +84,47 @@ def _read_job(job_id: str) -> dict | None:
         return None if job is None else jobs_service.job_out(job)
 
 
-async def event_stream(job_id: str) -> AsyncIterator[str]:
+async def event_stream(job_id: str, key_valid: Callable[[], Awaitable[bool]] | None = None,
+                       slot: quotas.StreamSlot | None = None,
+                       gone: Callable[[], Awaitable[bool]] | None = None) -> AsyncIterator[str]:
     """Poll the job row; emit ``state`` and ``progress`` events until a terminal state.
 
     Async on purpose: between polls a stream waits on the event loop, and each poll takes a
     worker thread only for its query, so open streams never hold the threads that sync
-    routes need (docs/reliability.md measures what a sleeping sync generator cost)."""
+    routes need (docs/reliability.md measures what a sleeping sync generator cost).
+    ``key_valid`` is asked every ``SSE_KEY_CHECK_SECONDS``: a revoked key ends the stream
+    with an ``error`` event; ``slot`` (the tenant's stream quota) is renewed while open and
+    released at the end, also when ``gone`` says the client left (with ASGI 2.4 servers
+    Starlette notices that only at the next write, up to a keep-alive period later)."""
+    try:
+        async for chunk in _events(job_id, key_valid, slot, gone):
+            yield chunk
+    finally:
+        if slot is not None:  # also when the client went away and the stream is cancelled
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(slot.release)
+
+
+async def _events(job_id: str, key_valid: Callable[[], Awaitable[bool]] | None,
+                  slot: quotas.StreamSlot | None,
+                  gone: Callable[[], Awaitable[bool]] | None) -> AsyncIterator[str]:
     last_state: str | None = None
     last_progress: tuple | None = None
-    last_sent = time.monotonic()
+    last_sent = last_check = last_renew = time.monotonic()
     n = 0
     while True:
+        if gone is not None and await gone():
+            return
+        if time.monotonic() - last_check > SSE_KEY_CHECK_SECONDS:
+            last_check = time.monotonic()
+            if key_valid is not None and not await key_valid():
+                yield _sse("error", ProblemError(
+                    401, "Unauthorized", detail="the API key was revoked",
+                    type="unauthorized").body(), n + 1)
+                return
+        if slot is not None and time.monotonic() - last_renew > quotas.STREAM_TTL_SECONDS / 4:
+            last_renew = time.monotonic()
+            await run_in_threadpool(slot.renew)
         out = await run_in_threadpool(_read_job, job_id)
         if out is None:
             return
@@ -118,9 +151,21 @@ async def event_stream(job_id: str) -> AsyncIterator[str]:
 
 @router.get("/jobs/{job_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-def job_events(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
+def job_events(job_id: IdPath, request: Request, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> StreamingResponse:
-    """Server-sent events: ``state`` and ``progress`` (JSON data); ends at a terminal state."""
+    """Server-sent events: ``state`` and ``progress`` (JSON data); ends at a terminal state,
+    or with an ``error`` event when the key is revoked. 429 past the tenant's quota of open
+    streams (``SODM_QUOTA_EVENT_STREAMS``)."""
     jobs_service.get_job(session, tenant, job_id)  # 404 for unknown / other tenant's jobs
-    return StreamingResponse(event_stream(job_id), media_type="text/event-stream",
+    return events_response(job_id, request, tenant)
+
+
+def events_response(job_id: str, request: Request, tenant: Tenant) -> StreamingResponse:
+    """The event stream of a job the tenant owns, counted against its stream quota and
+    ended when the request's key is revoked."""
+    slot = quotas.open_stream(tenant.id)
+    key = bearer_key(request)
+    return StreamingResponse(event_stream(job_id, lambda: key_still_valid(key), slot,
+                                          request.is_disconnected),
+                             media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

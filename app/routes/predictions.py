@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
 from app.auth import current_tenant
 from app.db import get_session
 from app.models import JobState, Tenant
-from app.routes.jobs import event_stream
+from app.routes.jobs import events_response
 from app.schemas.common import IdPath
 from app.schemas.predictions import PredictionJobList, PredictionJobOut, PredictionRequest
 from app.services import jobs as jobs_service
@@ -63,12 +63,12 @@ def cancel_prediction(job_id: IdPath, response: Response,
 
 @router.get("/predictions/{job_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-def prediction_events(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
+def prediction_events(job_id: IdPath, request: Request,
+                      tenant: Tenant = Depends(current_tenant),
                       session: Session = Depends(get_session)) -> StreamingResponse:
     """Server-sent events ``state`` and ``progress``, as for training jobs."""
     predictions.get(session, tenant, job_id)
-    return StreamingResponse(event_stream(job_id), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return events_response(job_id, request, tenant)
 
 
 @router.get("/predictions/{job_id}/result",

@@ -26,7 +26,7 @@ from app.logs import current_request_id
 from app.models import Dataset, Job, JobKind, JobState, Tenant, utcnow
 from app.problems import ProblemError, scrub_detail
 from app.schemas.jobs import TrainRequestBase
-from app.services import task_client
+from app.services import quotas, task_client
 from app.services.algorithms import ParamError, build_estimator, estimator_class
 from app.services.autoparams import auto_conflict, auto_defaults
 from app.services.cursors import as_utc, page, split_page
@@ -167,6 +167,10 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
                                         "features"}])
     params = body.param_values()
     check_partitions(params, training_rows(ds.n_rows, body))
+    # the tenant's row lock makes concurrent submissions count one another's jobs
+    session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update())
+    quotas.check_active_jobs(session, tenant.id)
+    quotas.check_storage(session, tenant.id)  # its model will be stored
     settings = get_settings()
     job = Job(
         tenant_id=tenant.id, dataset_id=ds.id, test_dataset_id=body.test_dataset_id,

@@ -22,7 +22,7 @@ from app.problems import ProblemError
 from app.schemas.predictions import PredictionRequest
 from app.services import jobs as jobs_service
 from app.services import models as models_service
-from app.services import storage
+from app.services import quotas, storage
 from app.services.cursors import as_utc, page, split_page
 
 # the job's progress fraction while batches run: START + SPAN * rows done / rows in all
@@ -85,6 +85,8 @@ def create(session: Session, tenant: Tenant, body: PredictionRequest) -> Job:
               model_name=m.name, state=JobState.QUEUED, progress_fraction=0.0,
               progress_message="queued", history=[], attempt=0,
               max_attempts=get_settings().job_max_attempts)
+    session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update())
+    quotas.check_active_jobs(session, tenant.id)
     session.add(job)
     session.commit()
     return job
