@@ -24,6 +24,7 @@ from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, utcnow
 from app.problems import ProblemError
+from worker.history import MAX_TICKS, is_level, thin
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ class _ProgressState:
     fraction: float = 0.0
     message: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
+    ticks: int = 0  # records in history that are not per-level ones
     dirty: bool = False
 
 
@@ -173,13 +175,19 @@ class Heartbeat(threading.Thread):
             self._progress.fraction = float(min(max(fraction, 0.0), 1.0))
             self._progress.message = str(message)[:2000]
             if record:
-                self._progress.history.append(record)
+                hist = self._progress.history
+                hist.append(record)
+                if not is_level(record):
+                    self._progress.ticks += 1
+                    if self._progress.ticks > 2 * MAX_TICKS:  # amortised: thin in batches
+                        hist[:] = thin(hist)
+                        self._progress.ticks = sum(not is_level(r) for r in hist)
             self._progress.dirty = True
         self._wake.set()
 
     def history(self) -> list[dict[str, Any]]:
         with self._lock:
-            return list(self._progress.history)
+            return thin(self._progress.history)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -206,7 +214,7 @@ class Heartbeat(threading.Thread):
             flushing = p.dirty
             if flushing:
                 values.update(progress_fraction=p.fraction, progress_message=p.message,
-                              history=list(p.history))
+                              history=thin(p.history))
                 p.dirty = False
         try:
             self._write(values)

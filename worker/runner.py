@@ -30,6 +30,7 @@ from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
 from worker.evaluation import evaluate, n_support_vectors
+from worker.history import thin
 from worker.lease import ClaimedJob, Heartbeat, owned
 from worker.memory import job_memory_limit, out_of_memory
 
@@ -257,8 +258,8 @@ def run_claimed(c: ClaimedJob) -> str:
     except FitCancelled as exc:
         if hb.lost.is_set():
             return "LOST"
-        ok = finish(c, JobState.CANCELLED, history=jsonable(exc.history) or hb.history(),
-                    from_states=(JobState.CANCELLING,))
+        history = thin(jsonable(exc.history or [])) or hb.history()
+        ok = finish(c, JobState.CANCELLED, history=history, from_states=(JobState.CANCELLING,))
         if not ok:  # stopped although nobody asked (cannot happen) - record a failure
             finish(c, JobState.FAILED, error=problem(
                 "training-failed", "Training stopped",
@@ -460,7 +461,7 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     hb.report(0.96, "saving model")
     model_id = model_id_for(c.job_id)
     rel, digest, size = _write_model_file(est, model_id)
-    history = jsonable(getattr(est, "history_", None) or hb.history())
+    history = thin(jsonable(getattr(est, "history_", None) or hb.history()))
     fit_info = jsonable(dict(getattr(est, "fit_info_", None) or {}))
     # the model's parameters are the values it was fitted with ("auto" resolved)
     resolved = {k: v for k, v in (fit_info.get("params") or {}).items()

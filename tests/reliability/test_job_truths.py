@@ -139,3 +139,34 @@ def test_train_answers_quickly_when_redis_is_silent(start_api, tenant, trained):
         hole.close()
     assert r.status_code == 202 and r.json()["state"] == "QUEUED", r.text
     assert took < 30, f"POST /train took {took:.1f}s with a silent Redis"
+
+
+def test_history_keeps_levels_and_thins_ticks():
+    """``worker.history.thin``: all level records stay, other records are cut to at most
+    MAX_TICKS evenly spread ones (the first and the newest kept), order preserved."""
+    from worker.history import MAX_TICKS, thin
+
+    records = [{"epoch": e} for e in range(1, 10_001)]
+    records[5000:5000] = [{"level": lvl} for lvl in range(12)]
+    out = thin(records)
+    assert [r for r in out if "level" in r] == [{"level": lvl} for lvl in range(12)]
+    epochs = [r["epoch"] for r in out if "epoch" in r]
+    assert 0 < len(epochs) <= MAX_TICKS and epochs[0] == 1 and epochs[-1] == 10_000
+    assert epochs == sorted(epochs) and len(set(epochs)) == len(epochs)
+    assert max(b - a for a, b in zip(epochs, epochs[1:], strict=False)) <= 2 * 10_000 / MAX_TICKS
+    assert thin(records[:50]) == records[:50]
+
+
+def test_long_svrg_job_history_is_bounded(client, trained):
+    """An SVRG fit of 2,000 epochs (one record each) through the service: the job's history
+    holds at most MAX_TICKS epoch records, from the first epoch to the last."""
+    from worker.history import MAX_TICKS
+
+    job = submit(client, {"dataset_id": trained["dataset"]["id"], "algorithm": "svrg",
+                          "params": {"epochs": 2000, "tol": 1e-300}, "test_fraction": 0.2})
+    done = wait_job(client, job["id"], timeout=300)
+    assert done["state"] == "SUCCEEDED", done["error"]
+    history = client.get(f"/jobs/{job['id']}").json()["history"]
+    epochs = [r["epoch"] for r in history if "epoch" in r]
+    assert 100 <= len(epochs) <= MAX_TICKS, len(epochs)
+    assert epochs[0] == 1 and epochs == sorted(epochs)
