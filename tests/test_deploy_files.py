@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import tomllib
 from pathlib import Path
@@ -84,6 +85,64 @@ def test_compose_services_use_the_real_stack_settings() -> None:
         assert env["DATABASE_URL"].startswith("postgresql")
         assert env["CELERY_BROKER_URL"].startswith("redis://")
     assert services["worker"]["environment"]["SODM_SPARK_REMOTE"].startswith("sc://")
+
+
+def _required(value: str, var: str) -> bool:
+    """``value`` takes ``var`` from the environment with no default (``${VAR:?message}``)."""
+    return re.search(r"\$\{" + var + r":\?[^}]*\}", value) is not None
+
+
+def _default_of(value: str, var: str) -> str:
+    m = re.fullmatch(r"\$\{" + var + r":-([^}]*)\}", value)
+    assert m, f"{value!r} is not ${{{var}:-default}}"
+    return m.group(1)
+
+
+def test_compose_passwords_come_from_the_environment_without_defaults() -> None:
+    """No password is written in the file: Postgres and Redis take theirs from the
+    environment and refuse to start without them; Redis requires its password."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    services = _compose()["services"]
+    assert _required(services["postgres"]["environment"]["POSTGRES_PASSWORD"],
+                     "POSTGRES_PASSWORD")
+    redis_cmd = services["redis"]["command"]
+    assert _required(redis_cmd[redis_cmd.index("--requirepass") + 1], "REDIS_PASSWORD")
+    assert _required(services["redis"]["environment"]["REDISCLI_AUTH"], "REDIS_PASSWORD")
+    for name in ("api", "worker", "migrate"):
+        env = services[name]["environment"]
+        assert _required(env["DATABASE_URL"], "POSTGRES_PASSWORD")
+        assert _required(env["CELERY_BROKER_URL"], "REDIS_PASSWORD")
+    assert not re.search(r"(PASSWORD|requirepass)\W+\S*:-", text), "a password default"
+    assert "sodm:sodm@" not in text
+
+
+def test_api_and_worker_restart_and_have_memory_limits() -> None:
+    """api and worker come back after a crash and are capped; a training job's own limit
+    (SODM_JOB_MEMORY_LIMIT_MB) stays below the worker's cap, so the job fails alone."""
+    services = _compose()["services"]
+    for name in ("api", "worker", "postgres", "redis", "spark-connect"):
+        assert services[name].get("restart") in ("always", "unless-stopped"), name
+    sizes = {"g": 1024, "m": 1}
+    limits = {}
+    for name, var in (("api", "API_MEMORY"), ("worker", "WORKER_MEMORY")):
+        default = _default_of(services[name]["mem_limit"], var)
+        limits[name] = int(default[:-1]) * sizes[default[-1]]
+    job_mb = int(_default_of(services["worker"]["environment"]["SODM_JOB_MEMORY_LIMIT_MB"],
+                             "SODM_JOB_MEMORY_LIMIT_MB"))
+    assert 0 < job_mb < limits["worker"]
+
+
+def test_backends_are_on_the_internal_network_only() -> None:
+    """Postgres, Redis, Spark Connect (and the worker) sit on an internal-only network
+    with no published port; only the API joins the public network."""
+    compose = _compose()
+    assert compose["networks"]["internal"]["internal"] is True
+    services = compose["services"]
+    for name in ("postgres", "redis", "spark-connect", "worker", "migrate"):
+        assert services[name]["networks"] == ["internal"], name
+        assert "ports" not in services[name] and "expose" not in services[name], name
+    assert set(services["api"]["networks"]) == {"internal", "public"}
+    assert "15002" in services["spark-connect"]["command"]
 
 
 def test_dockerfile_copies_existing_paths_and_runs_cli() -> None:
