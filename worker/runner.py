@@ -426,11 +426,15 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     search_result = None
     lo = 0.05
     if c.search is not None:
-        from worker.search import grid_search
+        from worker.search import grid_search, local_fit_score, spark_fit_score
 
         hb.report(lo, "grid search")
+        if spark_job is not None:
+            fit_score = spark_fit_score(spark_job, params, seed, train_rows, y_train)
+        else:
+            fit_score = local_fit_score(est, X_train, y_train, hb.should_stop)
         search_result = grid_search(
-            est, X_train, y_train, c.search.grid, c.search.folds, seed,
+            y_train, c.search.grid, c.search.folds, seed, fit_score,
             progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
         est.set_params(**search_result["best_params"])
         params.update(search_result["best_params"])

@@ -1,4 +1,11 @@
-"""Grid search with stratified k-fold cross-validation (accuracy), cancellable."""
+"""Grid search with stratified k-fold cross-validation (accuracy), cancellable.
+
+The folds, the grid order and the choice of the best point are the same for every backend;
+only ``fit_score(point, train, validation)`` differs: the local backend fits and scores
+``X[train]`` / ``X[validation]`` in this process (:func:`local_fit_score`), the Spark
+backend runs each fold's fit as Spark jobs and scores the fold's rows here
+(:func:`spark_fit_score`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,9 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from app.services.jobs import grid_points
 from solver.exceptions import FitCancelled
 
+# (grid point, training row positions, validation row positions) -> validation accuracy
+FitScore = Callable[[dict[str, Any], np.ndarray, np.ndarray], float]
+
 
 def _folds(y: np.ndarray, k: int, seed: int):
     _, counts = np.unique(y, return_counts=True)
@@ -21,10 +31,45 @@ def _folds(y: np.ndarray, k: int, seed: int):
     return KFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)))
 
 
-def grid_search(est: Any, X: Any, y: np.ndarray, grid: dict[str, list[Any]], folds: int,
-                seed: int, progress: Callable[[float, str], None],
+def local_fit_score(est: Any, X: Any, y: np.ndarray,
+                    should_stop: Callable[[], bool]) -> FitScore:
+    """Fit ``clone(est)`` with the point on ``X[train]``, score it on ``X[validation]``."""
+
+    def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
+        cand = clone(est).set_params(**point)
+        cand.fit(X[tr], y[tr], should_stop=should_stop)
+        return float(cand.score(X[va], y[va]))
+
+    return fit_score
+
+
+def spark_fit_score(spark_job: Any, params: dict[str, Any], seed: int | None,
+                    train_rows: np.ndarray | None, y_train: np.ndarray) -> FitScore:
+    """The fold step on Spark (``worker.spark_backend.SparkJob``): the fold's fit is Spark
+    jobs over its training rows (``train_rows``: the job's training row ids, None for every
+    row); its validation rows, one fold at a time like the held-out rows, are read here and
+    scored with the fitted model, as the local backend scores ``X_train[va]``."""
+    from app.services import storage
+
+    ids = np.arange(len(y_train)) if train_rows is None else np.asarray(train_rows)
+    base = {k: v for k, v in params.items() if k != "random_state"}
+    n_rows = int(storage.read_meta(spark_job.dataset_dir)["n_rows"])
+
+    def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
+        cand = spark_job.fit({**base, **point}, seed, rows=ids[tr])
+        keep = np.zeros(n_rows, dtype=bool)
+        keep[ids[va]] = True
+        X_va, _ = storage.load_dataset(spark_job.dataset_dir, keep=lambda rid: keep[rid])
+        return float(cand.score(X_va, y_train[va]))
+
+    return fit_score
+
+
+def grid_search(y: np.ndarray, grid: dict[str, list[Any]], folds: int, seed: int,
+                fit_score: FitScore, progress: Callable[[float, str], None],
                 should_stop: Callable[[], bool]) -> dict[str, Any]:
-    """Mean CV accuracy of every grid point; returns ``{best_params, results, folds}``."""
+    """Mean CV accuracy of every grid point; returns ``{best_params, results, folds}``.
+    Row positions index ``y`` (ascending, as scikit-learn's splitters give them)."""
     points = grid_points(grid)
     splits = list(_folds(y, folds, seed))
     total = len(points) * len(splits)
@@ -35,9 +80,7 @@ def grid_search(est: Any, X: Any, y: np.ndarray, grid: dict[str, list[Any]], fol
         for tr, va in splits:
             if should_stop():
                 raise FitCancelled("cancelled during grid search")
-            cand = clone(est).set_params(**point)
-            cand.fit(X[tr], y[tr], should_stop=should_stop)
-            scores.append(float(cand.score(X[va], y[va])))
+            scores.append(float(fit_score(point, tr, va)))
             done += 1
             progress(done / total, f"grid search {done}/{total}")
         results.append({"params": point, "mean_accuracy": float(np.mean(scores)),

@@ -69,7 +69,8 @@ class TrainRequestBase(BaseModel):
                       "random_state)")
     search: SearchSpec | None = Field(
         default=None, description="grid search by k-fold CV accuracy on the training part; "
-        "the best point is refitted on the whole training part (local backend only)")
+        "the best point is refitted on the whole training part (either backend: the same "
+        "folds and choice)")
     name: str | None = Field(default=None, min_length=1, max_length=200,
                              pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="model name (versions increase per name); default "

@@ -97,11 +97,6 @@ def validate_request(body: TrainRequestBase) -> None:
                            type="invalid-request",
                            errors=[{"field": "test_fraction", "message": "conflicts with "
                                     "test_dataset_id"}])
-    if body.backend == "spark" and body.search is not None:
-        raise ProblemError(422, "Invalid training request",
-                           detail="grid search runs on the local backend only",
-                           type="invalid-request",
-                           errors=[{"field": "search", "message": "not with backend spark"}])
     if body.backend == "spark" and not (settings.spark_remote or settings.spark_master):
         raise ProblemError(422, "Spark backend not configured",
                            detail="set SODM_SPARK_REMOTE or SODM_SPARK_MASTER to train on Spark",

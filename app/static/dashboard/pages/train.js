@@ -229,7 +229,7 @@ export async function renderTrain(main, { params, signal, navigate }) {
   section("Parameters", h("div.grid-3", {}, basic), more),
   section("Grid search",
     h("div.checkbox", {}, gridOn, h("label", { for: "grid-on" }, "Search a grid of values by cross-validation")),
-    h("p.muted.small", {}, "Every combination of the listed values is scored by k-fold CV accuracy on the training part; the best is refitted on the whole training part. Local backend only."),
+    h("p.muted.small", {}, "Every combination of the listed values is scored by k-fold CV accuracy on the training part; the best is refitted on the whole training part (on either backend)."),
     gridBox),
   h("div.form-actions", {}, submit, status));
   main.append(form);
