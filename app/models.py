@@ -134,6 +134,8 @@ class Job(Base):
     worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     spark_session_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # a running Spark job's application / session and current stage (schemas.SparkProgress)
+    spark_progress: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # X-Request-ID of the POST /train that created the job: the worker logs it (app.logs)

@@ -141,6 +141,8 @@ class _ProgressState:
     message: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
     ticks: int = 0  # records in history that are not per-level ones
+    spark: dict[str, Any] | None = None
+    last_stage: int | None = None  # the last running Spark stage seen in a sample
     dirty: bool = False
 
 
@@ -185,6 +187,25 @@ class Heartbeat(threading.Thread):
             self._progress.dirty = True
         self._wake.set()
 
+    def report_spark(self, status: dict[str, Any]) -> None:
+        """Record the Spark job's status (``app.schemas.jobs.SparkProgress`` fields)."""
+        with self._lock:
+            if status.get("stage_id") is not None:
+                self._progress.last_stage = int(status["stage_id"])
+            if status != self._progress.spark:
+                self._progress.spark = dict(status)
+                self._progress.dirty = True
+
+    def spark_stage(self) -> int | None:
+        """The last running Spark stage sampled (``report_spark``), if any."""
+        with self._lock:
+            return self._progress.last_stage
+
+    def message(self) -> str:
+        """The latest progress message (what the job is doing now)."""
+        with self._lock:
+            return self._progress.message
+
     def history(self) -> list[dict[str, Any]]:
         with self._lock:
             return thin(self._progress.history)
@@ -215,6 +236,8 @@ class Heartbeat(threading.Thread):
             if flushing:
                 values.update(progress_fraction=p.fraction, progress_message=p.message,
                               history=thin(p.history))
+                if p.spark is not None:
+                    values["spark_progress"] = dict(p.spark)
                 p.dirty = False
         try:
             self._write(values)

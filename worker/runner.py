@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,6 +33,9 @@ from worker.evaluation import evaluate, n_support_vectors
 from worker.history import thin
 from worker.lease import ClaimedJob, Heartbeat, owned
 from worker.memory import job_memory_limit, out_of_memory
+
+if TYPE_CHECKING:
+    from worker.spark_backend import SparkFailure
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +224,7 @@ def _spark_job(c: ClaimedJob, hb: Heartbeat) -> Any:
 
     return spark_backend.SparkJob(storage.dataset_dir(c.dataset_id), c.job_id,
                                   should_stop=hb.should_stop, attempt=c.attempt,
-                                  on_session=on_session)
+                                  on_session=on_session, on_status=hb.report_spark)
 
 
 def _spark_rows(c: ClaimedJob) -> tuple[np.ndarray | None, np.ndarray, Any, np.ndarray]:
@@ -289,6 +292,11 @@ def run_claimed(c: ClaimedJob) -> str:
             err = problem("dataset-gone", "Dataset deleted", str(exc), 404)
         elif isinstance(exc, PredictionFailed):
             err = problem(exc.kind, exc.title, str(exc), exc.status)
+        elif (failure := _spark_failure(c, exc)) is not None:
+            # the traceback (JVM and Python worker) goes to this log only
+            log.error("job %s: Spark failed", c.job_id, exc_info=exc)
+            err = problem("spark-failed", "Spark job failed",
+                          failure.detail(hb.message(), hb.spark_stage()), 500)
         elif isinstance(exc, ValueError):
             err = problem("training-failed", "Training failed", f"{exc}")
         else:  # the log has the traceback; the job says only what a client can use
@@ -309,6 +317,15 @@ def _user_message(exc: BaseException) -> str:
     if "Traceback (most recent call last)" in text and "ValueError: " in text:
         return scrub_detail(text) or "the training stopped on an internal error"
     return "the training stopped on an internal error"
+
+
+def _spark_failure(c: ClaimedJob, exc: BaseException) -> SparkFailure | None:
+    """A Spark job's Spark-side error in a few words (``SparkFailure``), else None."""
+    if c.backend != "spark":
+        return None
+    from worker.spark_backend import spark_failure
+
+    return spark_failure(exc)
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:

@@ -24,11 +24,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +48,14 @@ __all__ = [
     "interrupt_job",
     "python_for_spark",
     "SparkJob",
+    "SparkFailure",
+    "spark_failure",
 ]
 
 _NS = uuid.UUID("6f1c1d2e-5a0b-4c55-9a3e-2b7f3c0d9e11")
 _classic_lock = threading.Lock()
+# how often a running job's Spark status is sampled (each sample is a few driver calls)
+STATUS_SECONDS = 2.0
 
 
 def _settings(settings: Any | None) -> Any:
@@ -213,30 +220,119 @@ def interrupt_job(job_id: str, session_id: str | None, settings: Any | None = No
     return _cancel_classic(sc, job_tag(job_id))
 
 
+class _Status:
+    """Samples where a job's Spark work runs and how far its current stage is: the fields of
+    ``app.schemas.jobs.SparkProgress``. Classic: the driver's status tracker (by job group);
+    Connect: the session's progress handler (the server reports each operation's stages)."""
+
+    def __init__(self, spark: Any, job_id: str, session_id: str | None) -> None:
+        self.spark, self.tag = spark, job_tag(job_id)
+        self.connect = _is_connect(spark)
+        self._lock = threading.Lock()
+        self._done_jobs: set[int] = set()
+        self._done_stages: set[int] = set()
+        self._current: tuple[int, int, int] | None = None  # stage, done, total (Connect)
+        self.base: dict[str, Any] = {"mode": "connect" if self.connect else "classic",
+                                     "session_id": session_id if self.connect else None,
+                                     "application_id": None}
+        with contextlib.suppress(Exception):  # a locked-down server may refuse to tell
+            self.base["application_id"] = (str(spark.conf.get("spark.app.id"))
+                                           if self.connect
+                                           else str(spark.sparkContext.applicationId))
+        if self.connect:
+            spark.registerProgressHandler(self._on_progress)
+
+    def close(self) -> None:
+        if self.connect:
+            with contextlib.suppress(Exception):
+                self.spark.removeProgressHandler(self._on_progress)
+
+    def _on_progress(self, stages: Any, inflight_tasks: int, operation_id: Any,
+                     done: bool) -> None:
+        with self._lock:
+            running = None
+            for st in stages or ():
+                if st.done:
+                    self._done_stages.add(int(st.stage_id))
+                elif running is None or st.stage_id > running[0]:
+                    running = (int(st.stage_id), int(st.num_completed_tasks),
+                               int(st.num_tasks))
+            self._current = None if done else running
+
+    def sample(self) -> dict[str, Any]:
+        current = self._current if self.connect else self._classic_current()
+        with self._lock:
+            stage, tasks_done, total = current or (None, 0, 0)
+            return {**self.base, "stage_id": stage, "tasks_done": tasks_done,
+                    "tasks_total": total, "stages_done": len(self._done_stages)}
+
+    def _classic_current(self) -> tuple[int, int, int] | None:
+        tracker = self.spark.sparkContext.statusTracker()
+        active = set(tracker.getActiveStageIds())
+        current = None
+        for job in tracker.getJobIdsForGroup(self.tag):
+            if job in self._done_jobs:
+                continue
+            info = tracker.getJobInfo(job)
+            if info is None:
+                continue
+            if info.status != "RUNNING":
+                with self._lock:
+                    self._done_jobs.add(job)
+                    self._done_stages.update(int(s) for s in info.stageIds)
+                continue
+            for sid in info.stageIds:
+                stage = tracker.getStageInfo(sid) if sid in active else None
+                if stage is not None and (current is None or sid > current[0]):
+                    current = (int(sid), int(stage.numCompletedTasks), int(stage.numTasks))
+        return current
+
+
 class _StopWatcher:
-    """Polls ``should_stop`` in a thread and interrupts the job's Spark work when it fires."""
+    """Polls ``should_stop`` in a thread and interrupts the job's Spark work when it fires;
+    on the same beat hands ``on_status`` the job's Spark status (:class:`_Status`)."""
 
     def __init__(self, spark: Any, job_id: str, should_stop: Callable[[], bool] | None,
-                 poll_seconds: float) -> None:
+                 poll_seconds: float, status: _Status | None = None,
+                 on_status: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.spark, self.job_id, self.should_stop = spark, job_id, should_stop
         self.poll = poll_seconds
+        self.status, self.on_status = status, on_status
+        self._reported = 0.0
         self.fired = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sodm-spark-stop", daemon=True)
 
     def __enter__(self) -> _StopWatcher:
-        if self.should_stop is not None:
+        if self.should_stop is not None or self.on_status is not None:
             self._thread.start()
         return self
+
+    def _report(self, every: float = 0.0) -> None:
+        if self.status is None or self.on_status is None:
+            return
+        now = time.monotonic()
+        if now - self._reported < every:
+            return
+        self._reported = now
+        try:
+            self.on_status(self.status.sample())
+        except Exception:  # noqa: BLE001 - a status sample must not fail the job
+            log.debug("sampling the Spark status of job %s failed", self.job_id,
+                      exc_info=True)
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        self._report()
 
     def _run(self) -> None:
         failures = 0
         while not self._done.wait(self.poll):
+            self._report(every=STATUS_SECONDS)
+            if self.should_stop is None:
+                continue
             if not self.fired.is_set():
                 try:
                     stop = bool(self.should_stop())
@@ -273,8 +369,10 @@ class SparkJob:
                  should_stop: Callable[[], bool] | None = None, settings: Any | None = None,
                  session_id: str | None = None, attempt: int = 1,
                  on_session: Callable[[str], None] | None = None,
+                 on_status: Callable[[dict[str, Any]], None] | None = None,
                  poll_seconds: float = 0.5) -> None:
         self.dataset_dir = Path(dataset_dir)
+        self.on_status = on_status
         self.job_id = job_id
         self.settings = _settings(settings)
         self.session_id = session_id or session_id_for(job_id, attempt)
@@ -291,8 +389,14 @@ class SparkJob:
         with contextlib.ExitStack() as stack:
             self.spark = stack.enter_context(spark_session(
                 self.settings, job_id=self.job_id, session_id=self.session_id))
+            status = None
+            if self.on_status is not None:
+                status = _Status(self.spark, self.job_id, self.session_id)
+                stack.callback(status.close)
+                self.on_status(status.sample())
             self._watcher = stack.enter_context(_StopWatcher(
-                self.spark, self.job_id, self.should_stop, self.poll_seconds))
+                self.spark, self.job_id, self.should_stop, self.poll_seconds, status,
+                self.on_status))
             self._stack = stack.pop_all()
         return self
 
@@ -347,3 +451,52 @@ def train_on_spark(dataset_dir: str | Path, params: dict[str, Any], seed: int | 
                   session_id=session_id, attempt=attempt, on_session=on_session,
                   poll_seconds=poll_seconds) as job:
         return job.fit(params, seed, rows=rows, progress=progress)
+
+
+@dataclass(frozen=True)
+class SparkFailure:
+    """A Spark-side error in a few words: its kind, the Spark stage it failed in (when Spark
+    names one) and the root error's message, never a JVM or Python traceback."""
+
+    kind: str  # what failed: a Spark "job"
+    stage: str | None
+    reason: str
+
+    def detail(self, step: str, last_stage: int | None = None) -> str:
+        """One line: the stage Spark names, else ``last_stage`` (the job's last sampled
+        running stage), what the job was doing and the root error."""
+        stage = self.stage or (None if last_stage is None else str(last_stage))
+        where = f" in stage {stage}" if stage else ""
+        return f"Spark {self.kind} failed{where} while {step}: {self.reason}"[:600]
+
+
+_STAGE = re.compile(r"\bin stage (\d+(?:\.\d+)?)")
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+def spark_failure(exc: BaseException) -> SparkFailure | None:
+    """The :class:`SparkFailure` of an exception raised by pyspark / py4j (itself or in its
+    cause chain), else None. The root error is the innermost ``XxxError: message`` line:
+    the Python worker's exception, else the Java one."""
+    cur: BaseException | None = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:
+        if type(cur).__module__.split(".")[0] in ("pyspark", "py4j"):
+            break
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    else:
+        return None
+    if cur is None:
+        return None
+    text = str(cur)
+    stage = _STAGE.search(text)
+    errors = [m for m in map(_ERROR_LINE.match, text.splitlines()) if m]
+    python = [m for m in errors if m.group(1) != "PythonException"
+              and not m.group(0).lstrip().startswith(("org.", "java.", "scala."))]
+    root = (python or errors or [None])[-1]
+    # the message only: problem details name no exception types (app.problems.scrub_detail)
+    reason = root.group(2).strip() if root is not None \
+        else (text.strip().splitlines() or ["the Spark work stopped"])[0]
+    return SparkFailure(kind="job", stage=None if stage is None else stage.group(1),
+                        reason=reason[:300])

@@ -128,7 +128,9 @@ async def _events(job_id: str, key_valid: Callable[[], Awaitable[bool]] | None,
         out = await run_in_threadpool(_read_job, job_id)
         if out is None:
             return
-        progress = (out["progress"]["fraction"], out["progress"]["message"])
+        spark = out["progress"].get("spark")
+        progress = (out["progress"]["fraction"], out["progress"]["message"],
+                    None if spark is None else tuple(sorted(spark.items())))
         if out["state"] != last_state:
             n += 1
             last_state = out["state"]
@@ -139,7 +141,7 @@ async def _events(job_id: str, key_valid: Callable[[], Awaitable[bool]] | None,
             n += 1
             last_progress = progress
             yield _sse("progress", {"fraction": progress[0], "message": progress[1],
-                                    "state": last_state}, n)
+                                    "spark": spark, "state": last_state}, n)
             last_sent = time.monotonic()
         if jobs_service.is_terminal(last_state):
             return

@@ -119,9 +119,30 @@ class TrainRequest(RootModel[Annotated[Union[tuple(TRAIN_VARIANTS.values())],  #
         return value
 
 
+class SparkProgress(BaseModel):
+    """Where a Spark job's work runs and how far its current Spark stage is (the worker
+    samples it while the job trains; the last sample stays after the job ends)."""
+
+    mode: Literal["classic", "connect"] = Field(
+        description="classic: a driver in the worker (SODM_SPARK_MASTER); connect: a Spark "
+        "Connect server (SODM_SPARK_REMOTE)")
+    application_id: str | None = Field(
+        default=None, description="the Spark application id (classic), as the master's UI "
+        "shows it")
+    session_id: str | None = Field(default=None,
+                                   description="the Connect server session of the attempt")
+    stage_id: int | None = Field(default=None, description="the running Spark stage, if any")
+    tasks_done: int = Field(default=0, description="completed tasks of that stage")
+    tasks_total: int = Field(default=0, description="tasks of that stage")
+    stages_done: int = Field(default=0, description="Spark stages this job has completed")
+
+
 class Progress(BaseModel):
     fraction: float
     message: str
+    spark: SparkProgress | None = Field(
+        default=None, description="backend spark: the Spark application or session and "
+        "the current stage's progress")
 
 
 class JobOut(BaseModel):

@@ -331,7 +331,7 @@ def job_out(job: Job) -> dict[str, Any]:
         "request": job.request or {},
         "name": job.model_name,
         "progress": {"fraction": float(job.progress_fraction or 0.0),
-                     "message": job.progress_message or ""},
+                     "message": job.progress_message or "", "spark": job.spark_progress},
         "history": job.history or [],
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,

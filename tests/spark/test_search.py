@@ -81,6 +81,9 @@ def test_search_on_spark_equals_local(sclient, spark_worker, heart, datasets_dir
         [r["fold_accuracy"] for r in sl["results"]]
     assert ss["best_params"] == sl["best_params"]
     assert model["params"]["lam"] == ss["best_params"]["lam"]
+    spark = done["progress"]["spark"]  # the last sample stays: every stage done
+    assert spark["mode"] == "classic" and spark["stages_done"] > 0
+    assert local["progress"]["spark"] is None
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +104,19 @@ def test_cancel_reaches_a_running_search(sclient, spark_worker, heart, guide):
             break
         time.sleep(0.5)
     assert cur["state"] == "RUNNING", cur
-    time.sleep(5.0)
-    assert sclient.get(f"/jobs/{job['id']}").json()["progress"]["fraction"] < 0.1
+    # GET /jobs/{id} tells the Spark application and the running stage's tasks
+    seen: list[dict] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(s and s["stage_id"] is not None
+                                                   for s in seen):
+        cur = sclient.get(f"/jobs/{job['id']}").json()
+        seen.append(cur["progress"]["spark"])
+        time.sleep(1.0)
+    spark = seen[-1]
+    assert spark["mode"] == "classic" and spark["application_id"].startswith("local-")
+    assert spark["stage_id"] is not None and 0 <= spark["tasks_done"] <= spark["tasks_total"]
+    assert spark["tasks_total"] >= 1 and spark["stages_done"] >= 1
+    assert cur["progress"]["fraction"] < 0.1
     t0 = time.monotonic()
     assert sclient.post(f"/jobs/{job['id']}/cancel").status_code == 202
     done = wait_job(sclient, job["id"], timeout=120)

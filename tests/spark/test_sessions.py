@@ -109,3 +109,28 @@ def test_interrupt_stops_running_work(kind: str, request: pytest.FixtureRequest)
     assert time.monotonic() - t0 < 30
     if kind == "local":
         assert holder["spark"].sparkContext.statusTracker().getActiveJobsIds() == []
+
+
+def test_a_failing_udf_becomes_a_short_failure(local_settings) -> None:
+    """A Python error inside an executor's UDF, as pyspark raises it (a JVM stack and the
+    Python worker's traceback), is told as its stage and the error's last line."""
+    from worker.spark_backend import spark_failure
+
+    def udf(batches):
+        for pdf in batches:
+            if len(pdf):
+                raise ValueError("boom in row batch")
+            yield pdf
+
+    with spark_session(local_settings, job_id="fails") as spark, \
+            pytest.raises(Exception) as info:
+        spark.range(0, 8, numPartitions=2).mapInPandas(udf, "id long").collect()
+    assert "Traceback" in str(info.value)  # what the short form leaves out
+    failure = spark_failure(info.value)
+    assert failure is not None and failure.reason == "boom in row batch"
+    # pyspark keeps the Python error, not the stage: the job's last sampled stage says it
+    stage = failure.stage or "4"
+    detail = failure.detail("level 1", last_stage=4)
+    assert detail == f"Spark job failed in stage {stage} while level 1: boom in row batch"
+    assert "Traceback" not in detail and "Error" not in detail
+    assert spark_failure(ValueError("not Spark")) is None

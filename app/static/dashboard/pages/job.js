@@ -49,6 +49,7 @@ export async function renderJob(main, { id, signal }) {
   const bar = progressBar(0, "Job progress");
   const message = h("p.progress-message", { "aria-live": "polite" });
   const elapsed = h("span");
+  const sparkLine = h("p.muted.spark-progress#spark-progress", { "aria-live": "polite" });
   const cancelBtn = h("button.danger#cancel", { type: "button" }, "Cancel job");
   const rerun = link(`/train?from=${encodeURIComponent(job.id)}`, "Re-run with edits");
   rerun.classList.add("button");
@@ -62,7 +63,7 @@ export async function renderJob(main, { id, signal }) {
 
   main.append(
     pageHeader(`Job ${job.name ? `${job.name} · ` : ""}${shortId(job.id)}`, badge, rerun, cancelBtn),
-    h("section.card.live-status", {}, bar, message, h("p.muted", {}, "Elapsed ", elapsed), modelSlot, streamNote),
+    h("section.card.live-status", {}, bar, message, h("p.muted", {}, "Elapsed ", elapsed), sparkLine, modelSlot, streamNote),
     errorSlot,
     autoSlot,
     section("Convergence", chartSlot),
@@ -94,6 +95,14 @@ export async function renderJob(main, { id, signal }) {
     }
   }
 
+  // backend spark: the application (classic) or Connect session, and the running stage
+  function sparkText(s) {
+    if (!s) return "";
+    const where = s.mode === "connect" ? `Spark Connect session ${s.session_id || "?"}` : `Spark application ${s.application_id || "?"}`;
+    const stage = s.stage_id === null || s.stage_id === undefined ? "no stage running" : `stage ${s.stage_id}: ${s.tasks_done} of ${s.tasks_total} tasks`;
+    return `${where} · ${stage} · ${s.stages_done} stages done`;
+  }
+
   let historyKey = "";
   function show(j) {
     job = j;
@@ -101,6 +110,8 @@ export async function renderJob(main, { id, signal }) {
     bar.update(j.state === "SUCCEEDED" ? 1 : j.progress?.fraction, j.state);
     message.textContent = j.progress?.message || j.state.toLowerCase();
     elapsed.textContent = fmtDuration(elapsedOf(j));
+    sparkLine.textContent = sparkText(j.progress?.spark);
+    sparkLine.hidden = !j.progress?.spark;
     cancelBtn.hidden = TERMINAL.has(j.state) || j.state === "CANCELLING";
     modelSlot.replaceChildren(j.model_id ? h("p", {}, link(`/models/${j.model_id}`, "Open the trained model →")) : "");
     errorSlot.replaceChildren(j.state === "FAILED" && j.error
@@ -173,6 +184,7 @@ export async function renderJob(main, { id, signal }) {
           if (name === "progress") {
             bar.update(data.fraction, data.state);
             message.textContent = data.message || "";
+            if (data.spark) { sparkLine.textContent = sparkText(data.spark); sparkLine.hidden = false; }
           } else if (name === "state") {
             badge.replaceChildren(stateBadge(data.state));
             cancelBtn.hidden = TERMINAL.has(data.state) || data.state === "CANCELLING";
