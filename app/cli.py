@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from app.config import get_settings
 
@@ -122,21 +123,52 @@ def _cmd_worker_ping(args: argparse.Namespace) -> int:
     return 1
 
 
+def _spark_home(command: str) -> tuple[Path, dict[str, str]]:
+    """The pyspark wheel's directory (``bin/``, ``jars/``) and the environment of a Spark
+    process started from it: its Python workers run ``$PYSPARK_PYTHON``, the operator's, else
+    this interpreter (which has ``solver``)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")  # located, not imported: app/ stays pyspark-free
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"sodm {command} needs the spark extra: pip install 'sodm[spark]'")
+    home = Path(spec.origin).resolve().parent
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=python,
+               PYSPARK_DRIVER_PYTHON=os.environ.get("PYSPARK_DRIVER_PYTHON") or python)
+    return home, env
+
+
+def spark_master_command(host: str, port: int, webui_port: int
+                         ) -> tuple[list[str], dict[str, str]]:
+    """A standalone Spark master from the pyspark wheel in the foreground."""
+    home, env = _spark_home("spark-master")
+    return [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
+            "--host", host, "--port", str(port), "--webui-port", str(webui_port)], env
+
+
+def spark_worker_command(master: str, cores: int | None, memory: str | None,
+                         webui_port: int, host: str | None = None
+                         ) -> tuple[list[str], dict[str, str]]:
+    """A standalone Spark worker from the pyspark wheel in the foreground; its executors'
+    Python workers run this interpreter (the image's, with ``solver``)."""
+    home, env = _spark_home("spark-worker")
+    cmd = [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", master,
+           "--webui-port", str(webui_port)]
+    if host:
+        cmd += ["--host", host]
+    if cores:
+        cmd += ["--cores", str(cores)]
+    if memory:
+        cmd += ["--memory", memory]
+    return cmd, env
+
+
 def spark_connect_command(host: str, port: int, master: str, conf: Sequence[str] = ()
                           ) -> tuple[list[str], dict[str, str]]:
     """The pyspark wheel's Spark Connect server in the foreground (``spark-submit`` execs the
     JVM, so signals reach it), with this Python (and so ``solver``) for its Python workers."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("pyspark")  # located, not imported: app/ stays pyspark-free
-    if spec is None or spec.origin is None:
-        raise SystemExit("sodm spark-connect needs the spark extra: pip install 'sodm[spark]'")
-    home = Path(spec.origin).resolve().parent
-    # the server's Python workers run $PYSPARK_PYTHON: the operator's, else this interpreter
-    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
-    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=python,
-               PYSPARK_DRIVER_PYTHON=os.environ.get("PYSPARK_DRIVER_PYTHON") or python)
+    home, env = _spark_home("spark-connect")
     cmd = [str(home / "bin" / "spark-submit"),
            "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
            "--name", "Spark Connect server", "--master", master,
@@ -154,17 +186,31 @@ def _cmd_spark_connect(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover - exec does not return
 
 
+def _cmd_spark_master(args: argparse.Namespace) -> int:
+    cmd, env = spark_master_command(args.host, args.port, args.webui_port)
+    os.execve(cmd[0], cmd, env)
+    return 0  # pragma: no cover - exec does not return
+
+
+def _cmd_spark_worker(args: argparse.Namespace) -> int:
+    cmd, env = spark_worker_command(args.master, args.cores, args.memory, args.webui_port,
+                                    args.host)
+    os.execve(cmd[0], cmd, env)
+    return 0  # pragma: no cover - exec does not return
+
+
 def _cmd_spark_connect_ping(args: argparse.Namespace) -> int:
-    """Healthcheck of the Spark Connect server: its gRPC port accepts connections."""
+    """Healthcheck of a Spark process (Connect server, master, worker): its port accepts
+    connections."""
     import socket
 
     try:
         with socket.create_connection((args.host, args.port), timeout=args.timeout):
             pass
     except OSError as exc:
-        _err(f"spark connect {args.host}:{args.port} unreachable: {exc.strerror or exc}")
+        _err(f"spark {args.host}:{args.port} unreachable: {exc.strerror or exc}")
         return 1
-    print(f"spark connect {args.host}:{args.port}: listening")
+    print(f"spark {args.host}:{args.port}: listening")
     return 0
 
 
@@ -278,11 +324,25 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Spark configuration (repeatable)")
     sp.set_defaults(func=_cmd_spark_connect)
-    sp = sub.add_parser("spark-connect-ping", help="healthcheck: the Spark Connect port answers")
+    sp = sub.add_parser("spark-master", help="run a standalone Spark master (foreground)")
     sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=15002)
-    sp.add_argument("--timeout", type=float, default=3.0)
-    sp.set_defaults(func=_cmd_spark_connect_ping)
+    sp.add_argument("--port", type=int, default=7077)
+    sp.add_argument("--webui-port", type=int, default=8080)
+    sp.set_defaults(func=_cmd_spark_master)
+    sp = sub.add_parser("spark-worker", help="run a standalone Spark worker (foreground)")
+    sp.add_argument("master", help="the master's URL, spark://host:7077")
+    sp.add_argument("--host", help="the address this worker binds and advertises")
+    sp.add_argument("--cores", type=int, help="cores for executors (default: all)")
+    sp.add_argument("--memory", help="memory for executors, e.g. 2g (default: RAM - 1g)")
+    sp.add_argument("--webui-port", type=int, default=8081)
+    sp.set_defaults(func=_cmd_spark_worker)
+    for name, port, what in (("spark-connect-ping", 15002, "the Spark Connect port"),
+                             ("spark-ping", 7077, "a Spark master's or worker's port")):
+        sp = sub.add_parser(name, help=f"healthcheck: {what} answers")
+        sp.add_argument("--host", default="127.0.0.1")
+        sp.add_argument("--port", type=int, default=port)
+        sp.add_argument("--timeout", type=float, default=3.0)
+        sp.set_defaults(func=_cmd_spark_connect_ping)
     sp = sub.add_parser("migrate", help="alembic upgrade head (advisory-locked on Postgres)")
     sp.set_defaults(func=_cmd_migrate)
     sp = sub.add_parser("create-key", help="create an API key (printed once)")

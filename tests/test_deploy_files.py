@@ -84,7 +84,27 @@ def test_compose_services_use_the_real_stack_settings() -> None:
         env = services[name]["environment"]
         assert env["DATABASE_URL"].startswith("postgresql")
         assert env["CELERY_BROKER_URL"].startswith("redis://")
-    assert services["worker"]["environment"]["SODM_SPARK_REMOTE"].startswith("sc://")
+    env = services["worker"]["environment"]
+    # Connect unless the operator empties SODM_SPARK_REMOTE and names the standalone master
+    assert env["SODM_SPARK_REMOTE"] == "${SODM_SPARK_REMOTE-sc://spark-connect:15002}"
+    assert env["SODM_SPARK_MASTER"] == "${SODM_SPARK_MASTER:-}"
+
+
+def test_compose_offers_a_standalone_cluster() -> None:
+    """A master and two workers of the one image (profile spark-cluster) next to Connect;
+    the workers register with the master by its service name and read the data volume."""
+    services = _compose()["services"]
+    master = services["spark-master"]
+    assert master["command"][:2] == ["sodm", "spark-master"]
+    assert master["command"][master["command"].index("--port") + 1] == "7077"
+    workers = [services[f"spark-worker-{i}"] for i in (1, 2)]
+    for w in workers:
+        assert w["command"][:3] == ["sodm", "spark-worker", "spark://spark-master:7077"]
+        assert w["build"] == master["build"] == services["spark-connect"]["build"] == "."
+        assert "sodmdata:/data:ro" in w["volumes"]
+        assert w["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    assert {*master["profiles"], *workers[0]["profiles"]} == {"spark-cluster"}
+    assert "profiles" not in services["spark-connect"]
 
 
 def _required(value: str, var: str) -> bool:

@@ -144,3 +144,25 @@ def test_spark_connect_ping_and_command() -> None:
     assert Path(cmd[0]).name == "spark-submit" and os.access(cmd[0], os.X_OK)
     assert "spark.connect.grpc.binding.port=15002" in cmd
     assert env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_spark_cluster_commands() -> None:
+    """``sodm spark-master`` / ``spark-worker`` run the wheel's standalone daemons with this
+    interpreter for the executors' Python workers; ``spark-ping`` checks their ports."""
+    import socket
+
+    from app.cli import spark_master_command, spark_worker_command
+
+    cmd, env = spark_master_command("0.0.0.0", 7077, 8080)
+    assert Path(cmd[0]).name == "spark-class" and os.access(cmd[0], os.X_OK)
+    assert cmd[1] == "org.apache.spark.deploy.master.Master" and "7077" in cmd
+    cmd, env = spark_worker_command("spark://m:7077", 2, "1g", 8081)
+    assert cmd[1:3] == ["org.apache.spark.deploy.worker.Worker", "spark://m:7077"]
+    assert cmd[cmd.index("--cores") + 1] == "2" and cmd[cmd.index("--memory") + 1] == "1g"
+    assert env["PYSPARK_PYTHON"] == sys.executable
+    assert (Path(env["SPARK_HOME"]) / "jars").is_dir()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        r = sodm("spark-ping", "--port", str(listener.getsockname()[1]), env=dict(os.environ))
+        assert r.returncode == 0 and "listening" in r.stdout, r.stderr
