@@ -16,13 +16,16 @@ FAST_TIER := not (slow or spark or browser or stack)
 .PHONY: run test test-fast lint venv lock clean
 
 # $(VENV)/.installed-<lock>: the venv holds requirements/<lock>.txt (hash-checked) and the
-# project itself (editable, no dependencies of its own beyond the lock). --no-compile: the
-# .pyc of modules never imported (tests, unused submodules) would be ~130 MB of the venv;
-# Python writes the ones it needs on first import.
+# project itself (editable, no dependencies of its own beyond the lock). The run locks
+# install with --no-compile: the .pyc of modules never imported (tests, unused submodules)
+# would be ~130 MB of the quick start's venv; Python writes the ones it needs on first
+# import. The dev venv keeps them: test processes start often, and with
+# PYTHONDONTWRITEBYTECODE set each would compile its imports from source.
 $(VENV)/.installed-%: pyproject.toml requirements/%.txt
 	@test -n "$(PYTHON)" || { echo "make: no Python 3.11-3.13 on PATH (or set PYTHON=...)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check --no-compile --require-hashes -r requirements/$*.txt
+	$(PIP) install -q --disable-pip-version-check $(if $(filter dev,$*),,--no-compile) \
+	  --require-hashes -r requirements/$*.txt
 	$(PIP) install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
