@@ -82,6 +82,27 @@ class Settings(BaseSettings):
     limit_grid_points: int = Field(default=200, ge=1, alias="SODM_LIMIT_GRID_POINTS")
     limit_search_folds: int = Field(default=20, ge=2, alias="SODM_LIMIT_SEARCH_FOLDS")
 
+    # ingest (docs/reliability.md, "Ingest"): each upload is parsed in a child process with
+    # these CPU-time, wall-clock and memory limits (memory: on top of the loaded modules);
+    # POST /datasets waits up to ingest_wait_seconds for the parse (201), then answers 202
+    ingest_wait_seconds: float = Field(default=10.0, ge=0, le=300,
+                                       alias="SODM_INGEST_WAIT_SECONDS")
+    ingest_cpu_seconds: int = Field(default=600, ge=1, alias="SODM_INGEST_CPU_SECONDS")
+    ingest_time_limit_seconds: int = Field(default=900, ge=1,
+                                           alias="SODM_INGEST_TIME_LIMIT_SECONDS")
+    ingest_memory_bytes: int = Field(default=8 << 30, ge=64 << 20,
+                                     alias="SODM_INGEST_MEMORY_BYTES")
+    # caps on what an upload may hold and on what later steps allocate from it (a 413
+    # naming the cap and the value): rows, features, classes (one-vs-rest problems, the
+    # confusion matrix), cells of the dense layout, and bytes of one line / one token
+    limit_rows: int = Field(default=50_000_000, ge=1, alias="SODM_LIMIT_ROWS")
+    limit_features: int = Field(default=20_000_000, ge=1, le=2**31 - 1,
+                                alias="SODM_LIMIT_FEATURES")
+    limit_classes: int = Field(default=1000, ge=2, alias="SODM_LIMIT_CLASSES")
+    limit_dense_cells: int = Field(default=1 << 29, ge=1, alias="SODM_LIMIT_DENSE_CELLS")
+    limit_line_bytes: int = Field(default=16 << 20, ge=64, alias="SODM_LIMIT_LINE_BYTES")
+    limit_token_bytes: int = Field(default=4096, ge=32, alias="SODM_LIMIT_TOKEN_BYTES")
+
     # serving (docs/serving.md): evaluation threads per API process (0: its cores divided
     # by the API worker processes), micro-batching of small /predict requests
     api_workers: int = Field(default=1, ge=1, alias="SODM_API_WORKERS")

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -65,13 +66,14 @@ ROUTER_PROBLEMS = {
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
-    ``app.services.batcher``) and the cache-invalidation subscriber."""
+    ``app.services.batcher``), the cache-invalidation subscriber and the ingest forkserver."""
     from threadpoolctl import threadpool_limits
 
-    from app.services import invalidation
+    from app.services import ingest_process, invalidation
 
     blas = threadpool_limits(1)
     invalidation.start()
+    threading.Thread(target=ingest_process.warm, daemon=True, name="sodm-ingest-warm").start()
     try:
         yield
     finally:

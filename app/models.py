@@ -49,6 +49,15 @@ TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING)
 
 
+class DatasetState(StrEnum):
+    """A dataset's state: PARSING (the upload is being parsed in a child process) -> READY
+    (stored, usable) | FAILED (refused; ``problem`` holds the RFC 9457 problem)."""
+
+    PARSING = "parsing"
+    READY = "ready"
+    FAILED = "failed"
+
+
 class JobKind(StrEnum):
     TRAIN = "train"
     PREDICT = "predict"
@@ -99,6 +108,10 @@ class Dataset(Base):
     storage_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
     size_bytes: Mapped[int] = mapped_column(Integer, default=0)
     sha256: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(16), default=DatasetState.READY,
+                                       server_default=DatasetState.READY.value)
+    # the problem+json body of a FAILED parse (None otherwise)
+    problem: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 

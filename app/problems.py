@@ -52,6 +52,13 @@ class ProblemError(Exception):
         self.extensions = {k: v for k, v in extensions.items() if k not in _RESERVED}
         super().__init__(f"{status} {title}: {detail}" if detail else f"{status} {title}")
 
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ProblemError:
+        """The problem a stored ``body()`` describes (a failed parse kept on its row)."""
+        ext = {k: v for k, v in body.items() if k not in _RESERVED}
+        return cls(int(body.get("status", 500)), str(body.get("title", "Error")),
+                   detail=body.get("detail"), type=body.get("type"), **ext)
+
     def body(self, instance: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "title": self.title, "status": self.status}
         if self.detail is not None:

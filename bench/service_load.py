@@ -180,8 +180,8 @@ def upload_throughput(base: str, key: str, megabytes: float) -> dict[str, Any]:
         with open(path, "rb") as fh, httpx.Client(base_url=base, timeout=1800, headers={
                 "Authorization": f"Bearer {key}"}) as c:
             t0 = time.perf_counter()
-            r = c.post("/datasets", files={"file": ("load.libsvm", fh)},
-                       data={"format": "libsvm"})
+            r = c.post("/datasets?wait=300", files={"file": ("load.libsvm", fh)},
+                       data={"format": "libsvm"})  # 201 once parsed (not 202 after 10 s)
             seconds = time.perf_counter() - t0
     if r.status_code != 201:
         raise RuntimeError(f"upload failed: {r.status_code} {r.text[:300]}")
@@ -215,7 +215,7 @@ def time_to_running(client: httpx.Client, dataset_id: str, n: int) -> dict[str, 
 
 def upload_libsvm(client: httpx.Client, name: str) -> dict[str, Any]:
     data = lzma.decompress((DATASETS / f"{name}.xz").read_bytes())
-    r = client.post("/datasets", files={"file": (f"{name}.libsvm", data)},
+    r = client.post("/datasets?wait=300", files={"file": (f"{name}.libsvm", data)},
                     data={"format": "libsvm", "name": name})
     r.raise_for_status()
     return r.json()

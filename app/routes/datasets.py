@@ -2,13 +2,17 @@
 
 The upload body is parsed as it arrives (python-multipart's streaming parser): the file part
 goes straight to a temp file under ``SODM_DATA_DIR/tmp`` while its size is counted, so an
-oversized upload is cut off at the limit (413) instead of being spooled in full first.
+oversized upload is cut off at the limit (413) instead of being spooled in full first. The
+file is then parsed in a child process (``app.services.ingest_process``); the request waits
+for it up to ``?wait=`` seconds: 201 (ready) or the refusal's 4xx, else 202 (parsing).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,7 +31,7 @@ from app.problems import ProblemError
 from app.schemas.common import IdPath, problem_responses
 from app.schemas.datasets import DatasetList, DatasetOut
 from app.services import datasets as datasets_service
-from app.services import quotas, storage
+from app.services import ingest, ingest_process, quotas, storage
 
 router = APIRouter(tags=["datasets"])
 
@@ -168,26 +172,59 @@ def _n_features(raw: str | None) -> int | None:
     return int(raw)
 
 
-def _create(tenant: Tenant, rx: _FormReceiver) -> dict[str, Any]:
+def _begin(tenant: Tenant, rx: _FormReceiver) -> ingest_process.IngestRequest:
+    """Check the form (cheap), insert the row in state parsing: what the child gets."""
     n_features = _n_features(rx.fields.get("n_features"))
+    fmt = ingest.infer_format(rx.fields.get("format") or None, rx.filename)
     with get_sessionmaker()() as session:
         quotas.check_storage(session, tenant.id, incoming=rx.file_bytes)
-        ds = datasets_service.create_dataset(
-            session, tenant, rx.file_path,  # type: ignore[arg-type]
-            filename=rx.filename, declared_format=rx.fields.get("format") or None,
-            name=rx.fields.get("name"), label_column=rx.fields.get("label_column") or "label",
-            sha256=rx.sha.hexdigest(), size_bytes=rx.file_bytes, n_features=n_features)
+        ds = datasets_service.begin_dataset(
+            session, tenant, filename=rx.filename, fmt=fmt, name=rx.fields.get("name"),
+            sha256=rx.sha.hexdigest(), size_bytes=rx.file_bytes)
+    return ingest_process.IngestRequest(
+        dataset_id=ds.id, upload=str(rx.file_path), fmt=fmt,
+        label_column=rx.fields.get("label_column") or "label", n_features=n_features,
+        sha256=rx.sha.hexdigest())
+
+
+def _start(req: ingest_process.IngestRequest) -> Future[None]:
+    """Start the child (waits for the forkserver the first time); if it cannot start, the
+    row is failed and the upload removed."""
+    try:
+        return ingest_process.start(req)
+    except Exception:
+        datasets_service.mark_failed(req.dataset_id, ingest_process.limit_problem(1).body())
+        Path(req.upload).unlink(missing_ok=True)
+        raise
+
+
+def _settle(dataset_id: str) -> dict[str, Any]:
+    with get_sessionmaker()() as session:
+        ds = datasets_service.settle(session, dataset_id)
+        if ds is None:  # deleted by its owner while it was parsed
+            raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
+                               type="not-found")
         return datasets_service.dataset_out(ds)
 
 
 @router.post("/datasets", status_code=201, response_model=DatasetOut,
              openapi_extra=_UPLOAD_SCHEMA,
-             responses=problem_responses(401, 413, 415, 422, 507))
+             responses={202: {"model": DatasetOut,
+                              "description": "still parsing: poll the Location until its "
+                                             "state is ready or failed"},
+                        **problem_responses(401, 413, 415, 422, 500, 503, 507)})
 async def upload_dataset(request: Request, response: Response,
+                         wait: float | None = Query(
+                             default=None, ge=0, le=300,
+                             description="seconds to wait for the parse (default "
+                                         "SODM_INGEST_WAIT_SECONDS)"),
                          tenant: Tenant = Depends(current_tenant)) -> dict[str, Any]:
-    """Upload a dataset (multipart ``file``, ``format``, ``name``, ``label_column``); answers
-    201 with the stored dataset and its ``Location``."""
-    limit = get_settings().max_upload_bytes
+    """Upload a dataset (multipart ``file``, ``format``, ``name``, ``label_column``). The
+    parse runs in a child process; within ``wait`` seconds the answer is 201 with the stored
+    dataset (or the refusal's 4xx, nothing kept), later 202 with ``state: parsing``. Both
+    carry the dataset's ``Location``."""
+    settings = get_settings()
+    limit = settings.max_upload_bytes
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
         raise ProblemError(415, "Unsupported media type",
@@ -219,14 +256,22 @@ async def upload_dataset(request: Request, response: Response,
                                "missing", type="validation-error",
                                errors=[{"location": ["body", "file"], "field": "file",
                                         "message": "Field required"}])
-        out = await run_in_threadpool(_create, tenant, rx)
+        req = await run_in_threadpool(_begin, tenant, rx)
+        rx.file_path = None  # the child owns the upload file now
+        done = await run_in_threadpool(_start, req)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)),
+                                   settings.ingest_wait_seconds if wait is None else wait)
+        out = await run_in_threadpool(_settle, req.dataset_id)
     except ProblemError as exc:
         DATASET_UPLOADS.labels("too_large" if exc.status == 413 else "rejected").inc()
         raise
     finally:
         rx.cleanup()
-    DATASET_UPLOADS.labels("stored").inc()
+    DATASET_UPLOADS.labels("stored" if out["state"] == "ready" else "parsing").inc()
     response.headers["Location"] = f"/datasets/{out['id']}"
+    if out["state"] != "ready":
+        response.status_code = 202
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +18,11 @@ class DatasetOut(BaseModel):
     layout: str = Field(description="stored layout: dense | sparse")
     size_bytes: int = Field(description="bytes uploaded (before decompression)")
     sha256: str = Field(description="SHA-256 of the uploaded bytes")
+    state: Literal["parsing", "ready", "failed"] = Field(
+        description="parsing (rows, features and classes not known yet), ready (usable), "
+                    "failed (refused: see problem)")
+    problem: dict[str, Any] | None = Field(
+        default=None, description="the RFC 9457 problem of a failed parse")
     created_at: datetime
 
 

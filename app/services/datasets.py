@@ -1,8 +1,12 @@
-"""Datasets: turn a received upload into stored files + a row; list, read, delete.
+"""Datasets: the row's life (parsing -> ready | failed), the stored files; list, read, delete.
 
-Order of effects on create: parse and validate (nothing written yet), write the contract files
-into a temp directory and rename it to ``datasets/{id}``, then commit the row; a failure at
-any step removes what was written, so a failed upload leaves nothing behind.
+``begin_dataset`` inserts the row in state ``parsing`` (the API process, before the parse);
+``parse_and_store`` runs in the ingest child (``app.services.ingest_process``): decompress,
+parse and validate, check the caps, write the contract files into a temp directory renamed
+to ``datasets/{id}``, then move the row to ``ready`` -- only if it is still ``parsing`` and
+not deleted, else the files are removed again. A refusal moves it to ``failed`` with its
+problem (``mark_failed``); a row left ``parsing`` past the ingest time limit (its child and
+API process gone) is failed when read (``expire_stale``, on the database's clock).
 """
 
 from __future__ import annotations
@@ -10,19 +14,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.models import ACTIVE_STATES, Dataset, Job, Tenant, new_id, utcnow
+from app.db import session_scope
+from app.models import ACTIVE_STATES, Dataset, DatasetState, Job, Tenant, new_id, utcnow
 from app.problems import ProblemError
 from app.services import ingest, storage
 from app.services.cursors import as_utc, page, split_page
 
 log = logging.getLogger(__name__)
+
+# a row may stay parsing this long past the ingest time limit before it counts as abandoned
+STALE_GRACE_SECONDS = 60
+
 
 def default_name(filename: str | None) -> str:
     """A display name from the client's file name (metadata only, never a path)."""
@@ -33,13 +43,26 @@ def default_name(filename: str | None) -> str:
     return base or "dataset"
 
 
-def create_dataset(session: Session, tenant: Tenant, upload: Path, *, filename: str | None,
-                   declared_format: str | None, name: str | None, label_column: str,
-                   sha256: str, size_bytes: int, n_features: int | None = None) -> Dataset:
-    """Validate and store an upload already on disk (the caller removes ``upload``)."""
+def begin_dataset(session: Session, tenant: Tenant, *, filename: str | None, fmt: str,
+                  name: str | None, sha256: str, size_bytes: int) -> Dataset:
+    """Insert and commit the row of an upload about to be parsed (state ``parsing``)."""
+    dataset_id = new_id()
+    row = Dataset(id=dataset_id, tenant_id=tenant.id,
+                  name=(name or "").strip()[:255] or default_name(filename), format=fmt,
+                  n_rows=0, n_features=0, classes={}, sparse=False,
+                  storage_path=storage.dataset_relpath(dataset_id), size_bytes=size_bytes,
+                  sha256=sha256, state=DatasetState.PARSING)
+    session.add(row)
+    session.commit()
+    return row
+
+
+def parse_and_store(dataset_id: str, upload: Path, *, fmt: str, label_column: str,
+                    n_features: int | None = None, sha256: str = "") -> None:
+    """Parse ``upload`` and store it as dataset ``dataset_id``, moving its row to ready;
+    raises ``ProblemError`` when the upload is refused (the caller records it)."""
     settings = get_settings()
     compression = ingest.detect_compression(upload)
-    fmt = ingest.infer_format(declared_format, filename)
     source = upload
     expanded: Path | None = None
     try:
@@ -53,7 +76,7 @@ def create_dataset(session: Session, tenant: Tenant, upload: Path, *, filename: 
         if expanded is not None:
             expanded.unlink(missing_ok=True)
     classes = ingest.class_counts(parsed.y)
-    dataset_id = new_id()
+    ingest.check_caps(parsed, classes, fmt)
     final = storage.dataset_dir(dataset_id)
     extra: dict[str, Any] = {"source_format": fmt, "compression": compression,
                              "sha256": sha256, "label_column": label_column}
@@ -61,26 +84,73 @@ def create_dataset(session: Session, tenant: Tenant, upload: Path, *, filename: 
         extra["feature_names"] = parsed.feature_names
     with storage.storage_errors(), storage.atomic_dir(final) as work:
         meta = storage.write_dataset_files(work, parsed.X, parsed.y, extra)
-    row = Dataset(id=dataset_id, tenant_id=tenant.id,
-                  name=(name or "").strip()[:255] or default_name(filename), format=fmt,
-                  n_rows=int(parsed.X.shape[0]), n_features=int(parsed.X.shape[1]),
-                  classes=classes, sparse=meta["layout"] == "sparse",
-                  storage_path=storage.dataset_relpath(dataset_id), size_bytes=size_bytes,
-                  sha256=sha256)
     try:
-        session.add(row)
-        session.commit()
+        with session_scope() as s:
+            done = s.execute(
+                update(Dataset)
+                .where(Dataset.id == dataset_id, Dataset.state == DatasetState.PARSING,
+                       Dataset.deleted_at.is_(None))
+                .values(state=DatasetState.READY, n_rows=int(parsed.X.shape[0]),
+                        n_features=int(parsed.X.shape[1]), classes=classes,
+                        sparse=meta["layout"] == "sparse")).rowcount
     except BaseException:
-        session.rollback()
         storage.remove_dataset_files(dataset_id)
         raise
-    log.info("dataset %s stored: %d x %d (%s, %s)", dataset_id, row.n_rows, row.n_features,
-             fmt, meta["layout"])
-    return row
+    if not done:  # deleted (or failed as abandoned) while it was parsed
+        storage.remove_dataset_files(dataset_id)
+        log.info("dataset %s parsed but no longer wanted: files removed", dataset_id)
+        return
+    log.info("dataset %s stored: %d x %d (%s, %s)", dataset_id, parsed.X.shape[0],
+             parsed.X.shape[1], fmt, meta["layout"])
+
+
+def mark_failed(dataset_id: str, problem: dict[str, Any]) -> bool:
+    """Move a parsing row to failed with its problem body; False when it was not parsing."""
+    with session_scope() as s:
+        return bool(s.execute(
+            update(Dataset).where(Dataset.id == dataset_id,
+                                  Dataset.state == DatasetState.PARSING)
+            .values(state=DatasetState.FAILED, problem=problem)).rowcount)
+
+
+def abandoned_problem() -> dict[str, Any]:
+    limit = get_settings().ingest_time_limit_seconds
+    return ProblemError(503, "Parse interrupted",
+                        detail="the process parsing this upload stopped before it finished "
+                               "(a restart of the service); upload it again",
+                        type="ingest-interrupted", limit_seconds=limit).body()
+
+
+def expire_stale(session: Session, tenant: Tenant) -> None:
+    """Fail this tenant's rows left parsing past the ingest time limit (database clock)."""
+    age = timedelta(seconds=get_settings().ingest_time_limit_seconds + STALE_GRACE_SECONDS)
+    res = session.execute(
+        update(Dataset).where(Dataset.tenant_id == tenant.id,
+                              Dataset.state == DatasetState.PARSING,
+                              Dataset.created_at < func.now() - age)
+        .values(state=DatasetState.FAILED, problem=abandoned_problem()))
+    if res.rowcount:
+        session.commit()
+
+
+def settle(session: Session, dataset_id: str) -> Dataset | None:
+    """After the upload's wait: the row if ready or still parsing; a failed row is deleted
+    (the client gets its problem as the answer, nothing is kept) and its problem raised."""
+    ds = session.get(Dataset, dataset_id)
+    if ds is None:
+        return None
+    session.refresh(ds)
+    if ds.state == DatasetState.FAILED:
+        problem = dict(ds.problem or {})
+        session.execute(delete(Dataset).where(Dataset.id == dataset_id))
+        session.commit()
+        raise ProblemError.from_body(problem)
+    return ds
 
 
 def get_dataset(session: Session, tenant: Tenant, dataset_id: str) -> Dataset:
     """A live dataset of this tenant; anything else (other tenant, deleted) is a 404."""
+    expire_stale(session, tenant)
     ds = session.get(Dataset, dataset_id)
     if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
         raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
@@ -90,6 +160,7 @@ def get_dataset(session: Session, tenant: Tenant, dataset_id: str) -> Dataset:
 
 def list_datasets(session: Session, tenant: Tenant, cursor: str | None,
                   limit: int) -> tuple[list[Dataset], str | None]:
+    expire_stale(session, tenant)
     stmt = select(Dataset).where(Dataset.tenant_id == tenant.id, Dataset.deleted_at.is_(None))
     rows = list(session.scalars(page(stmt, Dataset, cursor, limit)).all())
     return split_page(rows, limit)
@@ -115,4 +186,15 @@ def dataset_out(ds: Dataset) -> dict[str, Any]:
     return {"id": ds.id, "name": ds.name, "format": ds.format, "n_rows": ds.n_rows,
             "n_features": ds.n_features, "classes": ds.classes,
             "layout": "sparse" if ds.sparse else "dense", "size_bytes": ds.size_bytes,
-            "sha256": ds.sha256, "created_at": as_utc(ds.created_at)}
+            "sha256": ds.sha256, "state": ds.state, "problem": ds.problem,
+            "created_at": as_utc(ds.created_at)}
+
+
+def require_ready(ds: Dataset, field: str = "dataset_id") -> None:
+    """409 unless the dataset is ready (still parsing, or its parse failed)."""
+    if ds.state == DatasetState.READY:
+        return
+    detail = ("its upload is still being parsed; retry when GET /datasets/{id} says ready"
+              if ds.state == DatasetState.PARSING else "its upload was refused (see its problem)")
+    raise ProblemError(409, "Dataset not ready", detail=f"dataset {ds.id}: {detail}",
+                       type="dataset-not-ready", field=field, state=ds.state)

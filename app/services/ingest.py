@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
+from app.config import get_settings
 from app.problems import ProblemError
 
 FORMATS = ("csv", "libsvm", "parquet")
@@ -180,6 +181,123 @@ def _check_classes(y: np.ndarray, fmt: str) -> None:
                            type="too-few-classes", format=fmt, classes=list(counts))
 
 
+# ---------------------------------------------------------------- caps
+
+def over_limit(what: str, value: int, limit: int, setting: str, **ext: Any) -> ProblemError:
+    """413 naming the cap (``what``, its setting and limit) and the upload's value."""
+    return ProblemError(413, "Dataset over a limit",
+                        detail=f"{what}: {value} is over this server's limit of {limit} "
+                               f"({setting})", type="dataset-over-limit", cap=what,
+                        value=value, limit=limit, setting=setting, **ext)
+
+
+def check_caps(parsed: Parsed, classes: dict[str, int], fmt: str) -> None:
+    """Rows, features, classes (one-vs-rest problems, the confusion matrix) and the cells
+    of the dense layout against the configured caps."""
+    from app.services.storage import choose_layout
+
+    s = get_settings()
+    n, d = parsed.X.shape
+    for what, value, limit, setting in (
+            ("rows", n, s.limit_rows, "SODM_LIMIT_ROWS"),
+            ("features", d, s.limit_features, "SODM_LIMIT_FEATURES"),
+            ("classes", len(classes), s.limit_classes, "SODM_LIMIT_CLASSES")):
+        if value > limit:
+            raise over_limit(what, value, limit, setting, format=fmt)
+    nnz = int(parsed.X.nnz) if sp.issparse(parsed.X) else n * d
+    if choose_layout(n, d, nnz) == "dense" and n * d > s.limit_dense_cells:
+        raise over_limit("dense cells (rows x features)", n * d, s.limit_dense_cells,
+                         "SODM_LIMIT_DENSE_CELLS", format=fmt)
+
+
+def _positions_over(a: np.ndarray, marks: np.ndarray, carry: int,
+                    limit: int) -> tuple[int | None, int]:
+    """Segments of ``a`` between ``marks`` (sorted positions), the first one starting
+    ``carry`` bytes before ``a``: the end position of the first segment longer than
+    ``limit`` (None: none), and the length of the open segment at the end."""
+    bounds = np.concatenate(([-1 - carry], marks))
+    over = np.flatnonzero(np.diff(bounds) - 1 > limit)
+    if over.size:
+        return int(marks[over[0]]), 0
+    tail = len(a) - 1 - int(bounds[-1])
+    return (len(a) if tail > limit else None), tail
+
+
+def _may_hold_run(is_sep: np.ndarray, carry: int, limit: int) -> bool:
+    """False when no run of more than ``limit`` non-separators can be in the chunk (nor
+    continue the open one of ``carry`` bytes): every aligned block of (limit+1)/2 bytes
+    holds a separator, and so do the first bytes. A cheap test before the exact one."""
+    block = (limit + 1) // 2
+    first = int(is_sep.argmax()) if is_sep[0] or is_sep.any() else len(is_sep)
+    if carry + first > limit:
+        return True
+    m = len(is_sep) // block * block
+    return m == 0 or not bool(is_sep[:m].reshape(-1, block).any(axis=1).all())
+
+
+def check_lengths(path: Path, fmt: str) -> None:
+    """Refuse (413, naming the line) a line or a token longer than the caps, in one pass
+    over fixed-size chunks with numpy (linear, no regular expression)."""
+    s = get_settings()
+    seps = np.zeros(256, dtype=bool)
+    seps[list(b" \t\r\n" + (b",;" if fmt == "csv" else b""))] = True
+    line_no, offset, line_start, line_len, tok_len = 1, 0, 0, 0, 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(16 * CHUNK):
+            a = np.frombuffer(chunk, dtype=np.uint8)
+            is_nl = a == 10
+            n_nl = int(np.count_nonzero(is_nl))
+            line_end, line_len = _run_over(is_nl, line_len, s.limit_line_bytes)
+            tok_end, tok_len = _run_over(seps[a], tok_len, s.limit_token_bytes)
+            if line_end is not None or tok_end is not None:
+                nl = np.flatnonzero(is_nl)
+                if line_end is not None:
+                    line = line_no + int(np.searchsorted(nl, line_end))
+                    raise over_limit("line bytes", s.limit_line_bytes + 1,
+                                     s.limit_line_bytes, "SODM_LIMIT_LINE_BYTES", format=fmt,
+                                     line=line, field="line")
+                k = int(np.searchsorted(nl, tok_end))
+                near = offset + int(tok_end) - s.limit_token_bytes - 1
+                raise _long_token(path, fmt, line_no + k,
+                                  offset + int(nl[k - 1]) + 1 if k else line_start,
+                                  max(near, 0))
+            if n_nl:
+                line_start = offset + len(a) - 1 - int(is_nl[::-1].argmax()) + 1
+            line_no += n_nl
+            offset += len(a)
+
+
+def _run_over(is_sep: np.ndarray, carry: int, limit: int) -> tuple[int | None, int]:
+    """The end position of the first run of more than ``limit`` non-separators (the first
+    continuing the open run of ``carry`` bytes), or None; and the open run at the end."""
+    if not _may_hold_run(is_sep, carry, limit):
+        return None, int(is_sep[::-1].argmax())
+    return _positions_over(is_sep, np.flatnonzero(is_sep), carry, limit)
+
+
+def _long_token(path: Path, fmt: str, line: int, line_start: int,
+                near: int) -> ProblemError:
+    """413 for a token over the cap, naming its line and field (LIBSVM: label, index or
+    value; CSV: header or cell). ``near`` is an offset inside the token."""
+    limit = get_settings().limit_token_bytes
+    with open(path, "rb") as fh:
+        fh.seek(line_start)
+        head = fh.read(max(0, near - line_start) + 2 * limit + 2)
+    rel = near - line_start
+    sep = b" \t\r\n" + (b",;" if fmt == "csv" else b"")
+    start = max(head.rfind(bytes([c]), 0, rel) for c in sep) + 1
+    token = head[start:start + limit + 1]
+    if fmt == "csv":
+        field = "header" if line == 1 else "cell"
+    elif not head[:start].strip():
+        field = "label"
+    else:
+        colon = token.find(b":")
+        field = "value" if 0 <= colon < limit else "index"
+    return over_limit("token bytes", limit + 1, limit, "SODM_LIMIT_TOKEN_BYTES", format=fmt,
+                      line=line, field=field, token=_echo(token.decode("utf-8", "replace")))
+
+
 # ---------------------------------------------------------------- LIBSVM
 
 def parse_libsvm(path: Path) -> Parsed:
@@ -197,7 +315,7 @@ def parse_libsvm(path: Path) -> Parsed:
         _diagnose_libsvm(data.decode("utf-8"))
     try:
         X, y = load_svmlight_file(io.BytesIO(data), zero_based=False, dtype=np.float64)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         text = data.decode("utf-8")
         _diagnose_libsvm(text)  # finds the first offending line and raises
         raise invalid("libsvm", f"unreadable LIBSVM data: {exc}") from exc
@@ -214,6 +332,7 @@ def parse_libsvm(path: Path) -> Parsed:
 
 def _diagnose_libsvm(text: str) -> None:
     """Raise a precise 422 for the first offending line (the slow path, errors only)."""
+    max_features = get_settings().limit_features
     for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -241,6 +360,10 @@ def _diagnose_libsvm(text: str) -> None:
                 raise invalid("libsvm", f"line {lineno}: feature index {_echo(idx_s)} is too "
                                         "large", line=lineno, field="index", value=tok)
             idx = int(idx_s)
+            if idx > max_features:
+                raise over_limit("features", idx, max_features, "SODM_LIMIT_FEATURES",
+                                 format="libsvm", line=lineno, field="index",
+                                 token=_echo(tok))
             if idx < 1:
                 raise invalid("libsvm", f"line {lineno}: feature index {idx} is not >= 1 "
                                         "(LIBSVM indices are 1-based)", line=lineno,
@@ -288,6 +411,10 @@ def parse_csv(path: Path, label_column: str) -> Parsed:
         lineno = reader.line_num + offset
         if header is None:
             header = [h.strip() for h in row]
+            cap = get_settings().limit_features
+            if len(header) > cap + 1:
+                raise over_limit("features", len(header) - 1, cap, "SODM_LIMIT_FEATURES",
+                                 format="csv", line=reader.line_num + offset)
             if label_column not in header:
                 raise ProblemError(422, "Missing label column",
                                    detail=f"no column named {label_column!r} in the header "
@@ -421,6 +548,7 @@ def parse_parquet(path: Path, label_column: str) -> Parsed:
                            detail="declared format parquet but the file is not Parquet"
                                   + (f" (it looks like {detected})" if detected else ""),
                            type="wrong-format", declared="parquet", detected=detected)
+    _check_parquet_footer(path)
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
@@ -450,6 +578,34 @@ def parse_parquet(path: Path, label_column: str) -> Parsed:
         feature_names = features
     _check_classes(y, "parquet")
     return Parsed(X, y, feature_names=feature_names)
+
+
+_PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+
+
+def _check_parquet_footer(path: Path) -> None:
+    """Rows, columns and uncompressed bytes from the footer, before any column is read: a
+    small file whose pages expand past the caps (a Parquet bomb) is refused unread. Values
+    count at their decoded width (a run of zeros encodes to a few bytes)."""
+    s = get_settings()
+    try:
+        md = pq.ParquetFile(path).metadata
+    except (pa.ArrowException, OSError) as exc:
+        raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+    expanded = 0
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)  # fixed-width values by count (runs of zeros encode to nothing)
+            width = _PARQUET_WIDTHS.get(col.physical_type, 0)
+            expanded += max(col.total_uncompressed_size, width * col.num_values)
+    for what, value, limit, setting in (
+            ("rows", md.num_rows, s.limit_rows, "SODM_LIMIT_ROWS"),
+            ("columns", md.num_columns, s.limit_features + 2, "SODM_LIMIT_FEATURES"),
+            ("uncompressed bytes", expanded, s.max_decompressed_bytes,
+             "SODM_MAX_DECOMPRESSED_BYTES")):
+        if value > limit:
+            raise over_limit(what, value, limit, setting, format="parquet")
 
 
 def _is_text(path: Path) -> bool:
@@ -523,6 +679,8 @@ def parse_file(path: Path, fmt: str, label_column: str,
                n_features: int | None = None) -> Parsed:
     """Parse and validate ``path`` as ``fmt``. ``n_features`` widens LIBSVM data to a known
     feature count (a test split whose last features are all zero, e.g. a9a.t)."""
+    if fmt != "parquet":
+        check_lengths(path, fmt)
     if fmt == "libsvm":
         parsed = parse_libsvm(path)
     elif fmt == "csv":

@@ -26,6 +26,7 @@ from app.logs import current_request_id
 from app.models import Dataset, Job, JobKind, JobState, Tenant, utcnow
 from app.problems import ProblemError, scrub_detail
 from app.schemas.jobs import TrainRequestBase
+from app.services import datasets as datasets_service
 from app.services import quotas, task_client
 from app.services.algorithms import ParamError, build_estimator, estimator_class
 from app.services.autoparams import auto_conflict, auto_defaults
@@ -122,6 +123,7 @@ def _dataset(session: Session, tenant: Tenant, dataset_id: str, field: str) -> D
     if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
         raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
                            type="not-found", field=field)
+    datasets_service.require_ready(ds, field)
     return ds
 
 

@@ -20,6 +20,7 @@ from app.config import get_settings
 from app.models import Dataset, Job, JobKind, JobState, Model, Tenant
 from app.problems import ProblemError
 from app.schemas.predictions import PredictionRequest
+from app.services import datasets as datasets_service
 from app.services import jobs as jobs_service
 from app.services import models as models_service
 from app.services import quotas, storage
@@ -77,6 +78,7 @@ def create(session: Session, tenant: Tenant, body: PredictionRequest) -> Job:
     if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
         raise ProblemError(404, "Dataset not found", detail=f"no dataset {body.dataset_id!r}",
                            type="not-found", field="dataset_id")
+    datasets_service.require_ready(ds)
     check_columns(m, storage.read_meta(storage.dataset_dir(ds.id)))
     job = Job(tenant_id=tenant.id, kind=JobKind.PREDICT, dataset_id=ds.id, model_id=m.id,
               algorithm=m.algorithm, backend="local", params={},

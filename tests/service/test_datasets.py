@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import lzma
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -412,3 +413,96 @@ def test_n_features_widens_libsvm(api: httpx.Client, heart_text: bytes, heart_ar
         assert r.json()["type"].endswith(ptype)
     r = _upload(api, "x.csv", b"a,label\n1,0\n2,1\n", n_features="3")
     assert r.status_code == 422 and r.json()["field"] == "n_features"
+
+
+def _until_settled(client: httpx.Client, dataset_id: str, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(f"/datasets/{dataset_id}").json()
+        if body["state"] != "parsing":
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"dataset {dataset_id} still parsing after {timeout} s")
+
+
+def test_upload_without_waiting_is_202_then_ready(api: httpx.Client, heart_text: bytes) -> None:
+    """``?wait=0``: 202 with state parsing and the Location; the row turns ready by itself."""
+    r = api.post("/datasets?wait=0", files={"file": ("h.libsvm", heart_text)},
+                 data={"format": "libsvm"})
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert body["state"] == "parsing" and body["problem"] is None
+    assert r.headers["location"] == f"/datasets/{body['id']}"
+    done = _until_settled(api, body["id"])
+    assert done["state"] == "ready" and done["problem"] is None
+    _check_summary(done, HEART, "libsvm")
+    listed = {d["id"]: d for d in api.get("/datasets").json()["items"]}
+    assert listed[body["id"]]["state"] == "ready"
+    assert api.delete(f"/datasets/{body['id']}").status_code == 204
+
+
+def test_refused_after_202_keeps_the_failed_row_with_its_problem(
+        api: httpx.Client, heart_text: bytes, stack_env: dict[str, str]) -> None:
+    """A refusal that comes after the 202 stays on the row (state failed, the problem naming
+    the line and field); training on it or predicting over it is a 409; DELETE removes it."""
+    bad = heart_text + b"1 3:1 2:1\n"  # unsorted indices on the last line
+    r = api.post("/datasets?wait=0", files={"file": ("bad.libsvm", bad)},
+                 data={"format": "libsvm"})
+    assert r.status_code == 202, r.text
+    done = _until_settled(api, r.json()["id"])
+    assert done["state"] == "failed"
+    problem = done["problem"]
+    assert problem["status"] == 422 and problem["type"].endswith("/invalid-libsvm")
+    assert problem["line"] == 271 and problem["field"] == "index", problem
+    assert not (Path(stack_env["SODM_DATA_DIR"]) / "datasets" / done["id"]).exists()
+    r = api.post("/train", json={"dataset_id": done["id"], "algorithm": "sodm"})
+    assert r.status_code == 409, r.text
+    assert r.json()["type"].endswith("/dataset-not-ready") and r.json()["state"] == "failed"
+    assert api.delete(f"/datasets/{done['id']}").status_code == 204
+
+
+def test_training_on_a_parsing_dataset_is_409(api: httpx.Client, tenant: tuple[str, str],
+                                              private_queue: str) -> None:
+    """A row still parsing (as ``POST /datasets`` leaves it before the child ends): POST /train
+    and POST /predictions answer 409 ``dataset-not-ready`` naming the state."""
+    from app.models import Tenant
+    from app.services.datasets import begin_dataset
+
+    with session_scope() as s:
+        row = begin_dataset(s, s.get(Tenant, tenant[0]), filename="p.libsvm", fmt="libsvm",
+                            name=None, sha256="", size_bytes=1)
+    r = api.post("/train", json={"dataset_id": row.id, "algorithm": "sodm"})
+    assert r.status_code == 409, r.text
+    assert r.json()["type"].endswith("/dataset-not-ready") and r.json()["state"] == "parsing"
+    assert r.json()["field"] == "dataset_id"
+    r = api.post("/predictions", json={"dataset_id": row.id, "model": "nothing@champion"})
+    assert r.status_code in (404, 409), r.text  # the model is resolved first
+    assert api.get(f"/datasets/{row.id}").json()["state"] == "parsing"
+    assert api.delete(f"/datasets/{row.id}").status_code == 204
+
+
+def test_a_parse_abandoned_past_the_time_limit_is_failed(api: httpx.Client,
+                                                         tenant: tuple[str, str]) -> None:
+    """A row left parsing (its API process and child gone) past the ingest time limit is
+    failed when read, on the database's clock: ``ingest-interrupted``."""
+    from sqlalchemy import text
+
+    from app.config import get_settings
+    from app.models import Tenant
+    from app.services.datasets import STALE_GRACE_SECONDS, begin_dataset
+
+    with session_scope() as s:
+        row = begin_dataset(s, s.get(Tenant, tenant[0]), filename="p.libsvm", fmt="libsvm",
+                            name=None, sha256="", size_bytes=1)
+    age = get_settings().ingest_time_limit_seconds + STALE_GRACE_SECONDS
+    with session_scope() as s:
+        s.execute(text("update datasets set created_at = now() - make_interval(secs => :a) "
+                       "where id = :i"), {"a": age - 5, "i": row.id})
+    assert api.get(f"/datasets/{row.id}").json()["state"] == "parsing"
+    with session_scope() as s:
+        s.execute(text("update datasets set created_at = now() - make_interval(secs => :a) "
+                       "where id = :i"), {"a": age + 5, "i": row.id})
+    body = api.get(f"/datasets/{row.id}").json()
+    assert body["state"] == "failed", body
+    assert body["problem"]["type"].endswith("/ingest-interrupted")
+    assert api.delete(f"/datasets/{row.id}").status_code == 204

@@ -4,7 +4,7 @@
 import { api, listAll, upload } from "../api.js";
 import { classBars } from "../charts.js";
 import { forgetDatasets } from "../store.js";
-import { dl, fmtBytes, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, section, table, toast } from "../ui.js";
+import { dl, fmtBytes, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, section, stateBadge, table, toast } from "../ui.js";
 
 function uploadForm(onDone) {
   // no ``accept`` filter: the API takes any file name (the format field names the format of a
@@ -42,8 +42,11 @@ function uploadForm(onDone) {
         const ds = await upload("/datasets", form, (loaded, total) => bar.update(loaded / total));
         bar.update(1);
         forgetDatasets();
-        result.replaceChildren(h("p.success", {}, "Uploaded ", link(`/datasets/${ds.id}`, ds.name),
-          `: ${fmtNum(ds.n_rows)} rows, ${fmtNum(ds.n_features)} features.`));
+        // 202: the parse goes on in the background; the list shows its state
+        result.replaceChildren(ds.state === "parsing"
+          ? h("p.success", {}, "Uploaded ", link(`/datasets/${ds.id}`, ds.name), ": still parsing (its state in the list below says when it is ready).")
+          : h("p.success", {}, "Uploaded ", link(`/datasets/${ds.id}`, ds.name),
+            `: ${fmtNum(ds.n_rows)} rows, ${fmtNum(ds.n_features)} features.`));
         toast(`Dataset ${ds.name} uploaded.`);
         e.target.reset();
         sizeNote.textContent = "";
@@ -82,6 +85,7 @@ export async function renderDatasets(main, { signal }) {
       listSlot.replaceChildren(items.length ? table([
         { label: "Name", cell: (d) => link(`/datasets/${d.id}`, d.name) },
         { label: "Format", cell: (d) => d.format },
+        { label: "State", cell: (d) => stateBadge(d.state || "ready") },
         { label: "Rows", className: "num", cell: (d) => fmtNum(d.n_rows) },
         { label: "Features", className: "num", cell: (d) => fmtNum(d.n_features) },
         { label: "Classes", cell: (d) => classSummary(d.classes) },
@@ -114,12 +118,15 @@ export async function renderDataset(main, { id, signal, navigate }) {
     section("Summary", dl([
       ["Rows", h("strong", {}, fmtNum(d.n_rows))],
       ["Features", h("strong", {}, fmtNum(d.n_features))],
+      ["State", stateBadge(d.state || "ready")],
       ["Format", d.format],
       d.size_bytes !== undefined ? ["Size", fmtBytes(d.size_bytes)] : null,
       d.sparse !== undefined ? ["Stored as", d.sparse ? "sparse" : "dense"] : null,
       ["Dataset id", h("code", {}, d.id)],
       ["Created", fmtDate(d.created_at)],
     ])),
+    ...[d.state === "failed" && d.problem ? section("Why it was refused", problemBox({ problem: d.problem, status: d.problem.status })) : null,
+      d.state === "parsing" ? h("p.muted", {}, "This upload is still being parsed: reload the page to see its rows and classes.") : null].filter(Boolean),
     section("Class balance", classBars(d.classes)),
     section("Models trained on it", modelsSlot),
     h("p", {}, link(`/jobs?dataset_id=${encodeURIComponent(id)}`, "Jobs on this dataset →")));

@@ -84,7 +84,8 @@ export async function renderTrain(main, { params, signal, navigate }) {
     return;
   }
   const pre = params.get("dataset");
-  const dsOptions = (sel) => datasets.map((d) => h("option", { value: d.id, selected: d.id === sel }, `${d.name} (${d.n_rows} × ${d.n_features})`));
+  // only ready datasets can be trained on (a parsing or failed one is a 409)
+  const dsOptions = (sel) => datasets.filter((d) => !d.state || d.state === "ready").map((d) => h("option", { value: d.id, selected: d.id === sel }, `${d.name} (${d.n_rows} × ${d.n_features})`));
   const errs = new Map(); // field -> error element
   const field = (key, id, labelText, control, help) => {
     const err = h("p.field-error", { id: `${id}-error`, hidden: true });
