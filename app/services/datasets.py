@@ -67,7 +67,7 @@ def parse_and_store(dataset_id: str, upload: Path, *, fmt: str, label_column: st
     expanded: Path | None = None
     try:
         if compression:
-            expanded = storage.new_tmp_path(".raw")
+            expanded = storage.ingest_tmp_path(dataset_id)
             with storage.storage_errors():
                 ingest.decompress(upload, compression, expanded, settings.max_decompressed_bytes)
             source = expanded

@@ -26,7 +26,7 @@ from typing import Any
 
 from app.config import get_settings
 from app.problems import ProblemError
-from app.services import datasets
+from app.services import datasets, storage
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,7 @@ def _watch(proc: multiprocessing.process.BaseProcess, req: IngestRequest,
         log.exception("watching the ingest of dataset %s failed", req.dataset_id)
     finally:
         Path(req.upload).unlink(missing_ok=True)
+        storage.ingest_tmp_path(req.dataset_id).unlink(missing_ok=True)  # if it was killed
         done.set_result(None)
 
 

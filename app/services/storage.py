@@ -100,6 +100,12 @@ def new_tmp_path(suffix: str = "") -> Path:
     return tmp_root() / f"{uuid.uuid4().hex}{suffix}"
 
 
+def ingest_tmp_path(dataset_id: str) -> Path:
+    """The decompressed copy of an upload, named by its dataset so that the API can remove
+    it when the kernel kills the parsing child before its own clean-up runs."""
+    return tmp_root() / f"ingest-{dataset_id}.raw"
+
+
 @contextlib.contextmanager
 def atomic_dir(final: Path) -> Iterator[Path]:
     """Assemble a directory under ``tmp/`` and rename it onto ``final`` on success; on any

@@ -14,6 +14,7 @@ import io
 import lzma
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -169,7 +170,7 @@ def _expensive_upload() -> bytes:
     ({"SODM_INGEST_CPU_SECONDS": "1"}, "ingest-cpu-limit"),
     ({"SODM_INGEST_MEMORY_BYTES": str(64 << 20)}, "ingest-memory-limit"),
 ])
-def test_the_parse_runs_under_cpu_and_memory_limits(start_api, make_tenant, db,
+def test_the_parse_runs_under_cpu_and_memory_limits(start_api, make_tenant, db, stack_env,
                                                     env: dict[str, str], ptype: str) -> None:
     """A valid upload too costly for the child's limits (120 MB of lines from a small gzip):
     the kernel stops the child (SIGXCPU) or an allocation fails (RLIMIT_AS), the answer is
@@ -186,3 +187,5 @@ def test_the_parse_runs_under_cpu_and_memory_limits(start_api, make_tenant, db,
     assert ("limit_seconds" in problem) if "cpu" in ptype else ("limit_bytes" in problem)
     assert one(db, "select count(*) from datasets where tenant_id = :t", t=tenant_id) == 0
     assert server.proc.poll() is None  # the API process lives on
+    tmp = Path(env.get("SODM_DATA_DIR", stack_env["SODM_DATA_DIR"])) / "tmp"
+    assert not list(tmp.glob("ingest-*.raw"))  # a killed child's decompressed copy is gone
