@@ -70,7 +70,7 @@ class Settings(BaseSettings):
                                            alias="SODM_LIMIT_LANDMARK_CANDIDATES")
     limit_epochs: int = Field(default=10_000, ge=1, alias="SODM_LIMIT_EPOCHS")
     limit_max_iter: int = Field(default=100_000, ge=1, alias="SODM_LIMIT_MAX_ITER")
-    # the projection factors a float64 budget x budget kernel (20,000: 3.2 GB)
+    # the projection factors a float64 budget x budget kernel: memory grows as budget squared
     limit_max_support_vectors: int = Field(default=20_000, ge=1,
                                            alias="SODM_LIMIT_MAX_SUPPORT_VECTORS")
     limit_degree: int = Field(default=10, ge=1, alias="SODM_LIMIT_DEGREE")
