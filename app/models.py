@@ -106,7 +106,7 @@ class Dataset(Base):
     classes: Mapped[dict[str, int]] = mapped_column(JSONType)  # original label -> count
     sparse: Mapped[bool] = mapped_column(Boolean, default=False)
     storage_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
-    size_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     sha256: Mapped[str] = mapped_column(String(64), default="")
     state: Mapped[str] = mapped_column(String(16), default=DatasetState.READY,
                                        server_default=DatasetState.READY.value)

@@ -16,8 +16,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
+from sqlalchemy.orm import Session
 
-from app.models import Base
+from app.models import Base, Dataset, Tenant
 from migrations import alembic_config
 from tests.fixtures.stack import REPO_ROOT, create_database
 
@@ -80,6 +81,28 @@ def test_upgrade_round_trip_and_no_drift_on_postgres(empty_pg: str) -> None:
     command.upgrade(cfg, "head")
     assert _tables(empty_pg) >= TABLES
     assert _diff(empty_pg) == []
+
+
+def test_dataset_sizes_past_two_gib_are_stored(empty_pg: str) -> None:
+    """``datasets.size_bytes`` is 64-bit: a 5 GiB upload's size round-trips (a 32-bit
+    column refuses it with a numeric-out-of-range error)."""
+    command.upgrade(alembic_config(empty_pg), "head")
+    engine = create_engine(empty_pg, poolclass=pool.NullPool)
+    size = 5 * 2**30
+    try:
+        with Session(engine) as s:
+            tenant = Tenant(name="big")
+            s.add(tenant)
+            s.flush()
+            ds = Dataset(tenant_id=tenant.id, name="big", format="csv", n_rows=1,
+                         n_features=1, classes={"0": 1}, storage_path="x", size_bytes=size)
+            s.add(ds)
+            s.commit()
+            ds_id = ds.id
+        with Session(engine) as s:
+            assert s.get(Dataset, ds_id).size_bytes == size
+    finally:
+        engine.dispose()
 
 
 def test_round_trip_on_embedded_sqlite(tmp_path: Path) -> None:
