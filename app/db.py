@@ -49,13 +49,18 @@ def get_read_sessionmaker() -> sessionmaker[Session]:
 
 @contextmanager
 def session_scope() -> Iterator[Session]:
-    """A transaction: commit on success, roll back on error."""
+    """A transaction: commit on success, roll back on error. When the rollback itself fails
+    (a command interrupted mid-protocol by a signal-raised exception), the connection is
+    dropped and the original exception, not the rollback's, propagates."""
     session = get_sessionmaker()()
     try:
         yield session
         session.commit()
     except BaseException:
-        session.rollback()
+        try:
+            session.rollback()
+        except Exception:  # noqa: BLE001 - the original error is the one that matters
+            session.invalidate()
         raise
     finally:
         session.close()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
+from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
@@ -269,45 +270,54 @@ def run_claimed(c: ClaimedJob) -> str:
                 "the solver stopped without a cancel request", 500))
             return JobState.FAILED
         return JobState.CANCELLED
-    except OperationalError:
-        # the database stayed unreachable through every retry: the job is not at fault;
-        # leave it RUNNING so the lease reaper re-queues it once the database is back
-        log.exception("job %s attempt %d: database unreachable; left to the reaper",
-                      c.job_id, c.attempt)
-        return "LOST"
+    except OperationalError as exc:
+        if not _caused_by(exc, SoftTimeLimitExceeded):
+            # the database stayed unreachable through every retry: the job is not at fault;
+            # leave it RUNNING so the lease reaper re-queues it once the database is back
+            log.exception("job %s attempt %d: database unreachable; left to the reaper",
+                          c.job_id, c.attempt)
+            return "LOST"
+        finish(c, JobState.FAILED, error=failure_problem(c, exc, hb, limit_mb),
+               history=hb.history())
+        return JobState.FAILED
     except Exception as exc:  # noqa: BLE001 - every failure becomes a problem object
-        from celery.exceptions import SoftTimeLimitExceeded
-
-        if _caused_by(exc, SoftTimeLimitExceeded):  # numba wraps it in a SystemError
-            err = problem("time-limit", "Time limit exceeded",
-                          f"the job ran longer than {get_settings().job_time_limit_seconds} s",
-                          500)
-        elif out_of_memory(exc):
-            need = (f"more than {limit_mb} MB of memory (SODM_JOB_MEMORY_LIMIT_MB)"
-                    if limit_mb else "more memory than the worker has")
-            err = problem("memory-limit", "Memory limit exceeded",
-                          f"the job needed {need}; a smaller cache_size, sample or dataset "
-                          "needs less")
-        elif isinstance(exc, DatasetGone):
-            err = problem("dataset-gone", "Dataset deleted", str(exc), 404)
-        elif isinstance(exc, PredictionFailed):
-            err = problem(exc.kind, exc.title, str(exc), exc.status)
-        elif (failure := _spark_failure(c, exc)) is not None:
-            # the traceback (JVM and Python worker) goes to this log only
-            log.error("job %s: Spark failed", c.job_id, exc_info=exc)
-            err = problem("spark-failed", "Spark job failed",
-                          failure.detail(hb.message(), hb.spark_stage()), 500)
-        elif isinstance(exc, ValueError):
-            err = problem("training-failed", "Training failed", f"{exc}")
-        else:  # the log has the traceback; the job says only what a client can use
-            log.exception("job %s failed", c.job_id)
-            err = problem("training-failed", "Training failed",
-                          f"{_user_message(exc)} (request id {current_request_id() or '-'})",
-                          500)
-        finish(c, JobState.FAILED, error=err, history=hb.history())
+        finish(c, JobState.FAILED, error=failure_problem(c, exc, hb, limit_mb),
+               history=hb.history())
         return JobState.FAILED
     finally:
         hb.stop()
+
+
+def failure_problem(c: ClaimedJob, exc: BaseException, hb: Heartbeat,
+                    limit_mb: int) -> dict[str, Any]:
+    """The problem object a failed job shows. The time limit is recognised anywhere in the
+    exception's chain: the soft limit's signal can land inside a database call, which then
+    raises its own error with the limit as its context."""
+    if _caused_by(exc, SoftTimeLimitExceeded):  # numba wraps it in a SystemError
+        return problem("time-limit", "Time limit exceeded",
+                       f"the job ran longer than {get_settings().job_time_limit_seconds} s",
+                       500)
+    if out_of_memory(exc):
+        need = (f"more than {limit_mb} MB of memory (SODM_JOB_MEMORY_LIMIT_MB)"
+                if limit_mb else "more memory than the worker has")
+        return problem("memory-limit", "Memory limit exceeded",
+                       f"the job needed {need}; a smaller cache_size, sample or dataset "
+                       "needs less")
+    if isinstance(exc, DatasetGone):
+        return problem("dataset-gone", "Dataset deleted", str(exc), 404)
+    if isinstance(exc, PredictionFailed):
+        return problem(exc.kind, exc.title, str(exc), exc.status)
+    if (failure := _spark_failure(c, exc)) is not None:
+        # the traceback (JVM and Python worker) goes to this log only
+        log.error("job %s: Spark failed", c.job_id, exc_info=exc)
+        return problem("spark-failed", "Spark job failed",
+                       failure.detail(hb.message(), hb.spark_stage()), 500)
+    if isinstance(exc, ValueError):
+        return problem("training-failed", "Training failed", f"{exc}")
+    # the log has the traceback; the job says only what a client can use
+    log.error("job %s failed", c.job_id, exc_info=exc)
+    return problem("training-failed", "Training failed",
+                   f"{_user_message(exc)} (request id {current_request_id() or '-'})", 500)
 
 
 def _user_message(exc: BaseException) -> str:
