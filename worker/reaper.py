@@ -24,7 +24,7 @@ from sqlalchemy import and_, or_, select, update
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, utcnow
-from app.services import model_files, task_client
+from app.services import model_files, prediction_files, task_client
 from worker.lease import db_now, poison_problem
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,7 @@ def _loop() -> None:
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
                 model_files.sweep()
+                prediction_files.sweep()
         except Exception:  # noqa: BLE001 - the database may be restarting; try next time
             log.warning("reaper pass failed", exc_info=True)
 

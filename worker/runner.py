@@ -26,7 +26,7 @@ from app.db import session_scope
 from app.logs import current_request_id
 from app.models import Dataset, Job, JobKind, JobState, Model, utcnow
 from app.problems import ProblemError, scrub_detail
-from app.services import model_files
+from app.services import model_files, prediction_files
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
@@ -380,10 +380,6 @@ def _kind(job_id: str) -> str:
 def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
     """A batch prediction job: the job's model over its dataset, streamed into
     ``predictions/{job id}.parquet`` (``worker.batch``); progress per batch, cancellable."""
-    from app.services import storage
-    from app.services.predictions import batch_fraction
-    from worker.batch import predict_dataset
-
     with session_scope() as s:
         model_id = s.scalar(select(Job.model_id).where(Job.id == c.job_id))
         m = s.get(Model, model_id) if model_id else None
@@ -397,6 +393,27 @@ def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
         est = model_files.read_checked(get_settings().data_dir / file_path, sha, model_id)
     except ProblemError as exc:
         raise PredictionFailed("model-file-corrupt", exc.title, exc.detail or "", 500) from None
+    try:
+        record = _write_predictions(c, hb, est, names, model_id)
+        _check(hb)
+        if finish(c, JobState.SUCCEEDED, history=[record], from_states=(JobState.RUNNING,)):
+            return JobState.SUCCEEDED
+        if finish(c, JobState.CANCELLED, history=[record], from_states=(JobState.CANCELLING,)):
+            prediction_files.remove(c.job_id)  # cancelled after its last batch
+            return JobState.CANCELLED
+    except FitCancelled:  # an earlier attempt's complete output may be there
+        prediction_files.remove(c.job_id)
+        raise
+    raise JobLost(c.job_id)
+
+
+def _write_predictions(c: ClaimedJob, hb: Heartbeat, est: Any, names: list[str] | None,
+                       model_id: str) -> dict[str, Any]:
+    """Stream the predictions into the job's output file; returns the history record."""
+    from app.services import storage
+    from app.services.predictions import batch_fraction
+    from worker.batch import predict_dataset
+
     directory = storage.dataset_dir(c.dataset_id)
 
     def progress(done: int, total: int) -> None:
@@ -409,13 +426,7 @@ def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
                                   progress=progress, should_stop=hb.should_stop)
     except ValueError as exc:
         raise PredictionFailed("prediction-failed", "Prediction failed", str(exc)) from exc
-    _check(hb)
-    record = jsonable({**summary, "model_id": model_id})
-    if finish(c, JobState.SUCCEEDED, history=[record], from_states=(JobState.RUNNING,)):
-        return JobState.SUCCEEDED
-    if finish(c, JobState.CANCELLED, history=[record], from_states=(JobState.CANCELLING,)):
-        return JobState.CANCELLED
-    raise JobLost(c.job_id)
+    return jsonable({**summary, "model_id": model_id})
 
 
 def _run(c: ClaimedJob, hb: Heartbeat) -> str:

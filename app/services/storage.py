@@ -61,9 +61,13 @@ def file_of(m: Any) -> Path:
     return (data_root() / m.file_path).resolve()
 
 
+def predictions_dir() -> Path:
+    return data_root() / "predictions"
+
+
 def prediction_path(job_id: str) -> Path:
     """The output of a batch prediction job (``predictions/{job id}.parquet``)."""
-    return data_root() / "predictions" / f"{_safe_id(job_id)}.parquet"
+    return predictions_dir() / f"{_safe_id(job_id)}.parquet"
 
 
 def tmp_root() -> Path:
