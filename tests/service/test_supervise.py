@@ -15,7 +15,9 @@ import pytest
 from app import supervise
 from app.supervise import Child, Supervisor, describe_exit
 
-SLEEPER = ["sleep", "600"]
+# SIGINT at its default action from exec on, whatever this process inherited (a run started
+# in the background by a non-interactive shell ignores SIGINT, and so would ``sleep``)
+SLEEPER = ["env", "--default-signal=INT", "sleep", "600"]
 
 
 def _until(cond, timeout: float = 30.0) -> None:
