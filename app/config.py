@@ -92,6 +92,8 @@ class Settings(BaseSettings):
                                            alias="SODM_INGEST_TIME_LIMIT_SECONDS")
     ingest_memory_bytes: int = Field(default=8 << 30, ge=64 << 20,
                                      alias="SODM_INGEST_MEMORY_BYTES")
+    # parses at once per API process (each up to ingest_memory_bytes); more uploads: 429
+    ingest_concurrency: int = Field(default=2, ge=1, le=64, alias="SODM_INGEST_CONCURRENCY")
     # caps on what an upload may hold and on what later steps allocate from it (a 413
     # naming the cap and the value): rows, features, classes (one-vs-rest problems, the
     # confusion matrix), cells of the dense layout, and bytes of one line / one token

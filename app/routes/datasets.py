@@ -187,11 +187,11 @@ def _begin(tenant: Tenant, rx: _FormReceiver) -> ingest_process.IngestRequest:
         sha256=rx.sha.hexdigest())
 
 
-def _start(req: ingest_process.IngestRequest) -> Future[None]:
+def _start(req: ingest_process.IngestRequest, slot: ingest_process.ParseSlot) -> Future[None]:
     """Start the child (waits for the forkserver the first time); if it cannot start, the
     row is failed and the upload removed."""
     try:
-        return ingest_process.start(req)
+        return ingest_process.start(req, slot)
     except Exception:
         datasets_service.mark_failed(req.dataset_id, ingest_process.limit_problem(1).body())
         Path(req.upload).unlink(missing_ok=True)
@@ -212,7 +212,7 @@ def _settle(dataset_id: str) -> dict[str, Any]:
              responses={202: {"model": DatasetOut,
                               "description": "still parsing: poll the Location until its "
                                              "state is ready or failed"},
-                        **problem_responses(401, 413, 415, 422, 500, 503, 507)})
+                        **problem_responses(401, 413, 415, 422, 429, 500, 503, 507)})
 async def upload_dataset(request: Request, response: Response,
                          wait: float | None = Query(
                              default=None, ge=0, le=300,
@@ -237,6 +237,8 @@ async def upload_dataset(request: Request, response: Response,
     await run_in_threadpool(quotas.check_storage_now, tenant.id,
                             int(length) if length and length.isdigit() else 0)
     rx = _FormReceiver(limit)
+    slot = ingest_process.ParseSlot.take()
+    started = False
     try:
         parser = MultipartParser(params[b"boundary"], rx.callbacks())
         try:
@@ -258,7 +260,8 @@ async def upload_dataset(request: Request, response: Response,
                                         "message": "Field required"}])
         req = await run_in_threadpool(_begin, tenant, rx)
         rx.file_path = None  # the child owns the upload file now
-        done = await run_in_threadpool(_start, req)
+        done = await run_in_threadpool(_start, req, slot)
+        started = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)),
                                    settings.ingest_wait_seconds if wait is None else wait)
@@ -268,6 +271,8 @@ async def upload_dataset(request: Request, response: Response,
         raise
     finally:
         rx.cleanup()
+        if not started:
+            slot.release()
     DATASET_UPLOADS.labels("stored" if out["state"] == "ready" else "parsing").inc()
     response.headers["Location"] = f"/datasets/{out['id']}"
     if out["state"] != "ready":

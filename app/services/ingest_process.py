@@ -8,6 +8,10 @@ sets its own limits before it reads a byte: ``RLIMIT_CPU`` (SIGXCPU, then SIGKIL
 the row to ready or failed itself (``app.services.datasets``), so an API process that dies
 meanwhile loses nothing. The API's watcher thread records a child the kernel killed, and
 resolves the future the upload request waits on.
+
+An API process runs at most ``SODM_INGEST_CONCURRENCY`` parses at once (each may use up to
+``SODM_INGEST_MEMORY_BYTES``): an upload takes a ``ParseSlot`` before its body is read and
+gets a 429 ``ingest-busy`` problem with ``Retry-After`` when none is free.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _ctx: ForkServerContext | None = None
+_slots: threading.BoundedSemaphore | None = None
+BUSY_RETRY_AFTER_SECONDS = 5
 NICE = 5  # the child yields the cores to the API's requests
 KILL_GRACE_SECONDS = 30  # past the wall-clock limit, the watcher kills a child that lives on
 
@@ -46,6 +52,41 @@ class IngestRequest:
     label_column: str
     n_features: int | None
     sha256: str
+
+
+class ParseSlot:
+    """One of this process's parse slots, held from before the upload's body is read until
+    its child exits (the watcher releases it) or the request fails before the child starts."""
+
+    def __init__(self) -> None:
+        self._held = True
+
+    @classmethod
+    def take(cls) -> ParseSlot:
+        """A free slot, or a 429 ``ingest-busy`` problem."""
+        if not _parse_slots().acquire(blocking=False):
+            n = get_settings().ingest_concurrency
+            raise ProblemError(429, "Too many uploads being parsed",
+                               detail=f"this API process is parsing {n} uploads, its limit "
+                                      "(SODM_INGEST_CONCURRENCY); retry shortly",
+                               type="ingest-busy", limit=n,
+                               headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)})
+        return cls()
+
+    def release(self) -> None:
+        """Give the slot back (once; later calls do nothing)."""
+        with _lock:
+            held, self._held = self._held, False
+        if held:
+            _parse_slots().release()
+
+
+def _parse_slots() -> threading.BoundedSemaphore:
+    global _slots
+    with _lock:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(get_settings().ingest_concurrency)
+        return _slots
 
 
 def _context() -> ForkServerContext:
@@ -67,14 +108,14 @@ def warm() -> None:
     forkserver.ensure_running()
 
 
-def start(req: IngestRequest) -> Future[None]:
-    """Start the child for ``req`` (it owns the upload file from now on); the future
-    resolves once the child has exited and its outcome is on the row."""
+def start(req: IngestRequest, slot: ParseSlot) -> Future[None]:
+    """Start the child for ``req`` (it owns the upload file from now on, the watcher the
+    slot); the future resolves once the child has exited and its outcome is on the row."""
     done: Future[None] = Future()
     proc = _context().Process(target=_child_main, args=(req, dict(os.environ)),
                               name=f"sodm-ingest-{req.dataset_id}", daemon=True)
     proc.start()
-    threading.Thread(target=_watch, args=(proc, req, done), daemon=True,
+    threading.Thread(target=_watch, args=(proc, req, done, slot), daemon=True,
                      name=f"sodm-ingest-watch-{req.dataset_id}").start()
     return done
 
@@ -107,7 +148,7 @@ def memory_problem() -> ProblemError:
 
 
 def _watch(proc: multiprocessing.process.BaseProcess, req: IngestRequest,
-           done: Future[None]) -> None:
+           done: Future[None], slot: ParseSlot) -> None:
     try:
         proc.join(get_settings().ingest_time_limit_seconds + KILL_GRACE_SECONDS)
         if proc.exitcode is None:
@@ -126,6 +167,7 @@ def _watch(proc: multiprocessing.process.BaseProcess, req: IngestRequest,
     finally:
         Path(req.upload).unlink(missing_ok=True)
         storage.ingest_tmp_path(req.dataset_id).unlink(missing_ok=True)  # if it was killed
+        slot.release()
         done.set_result(None)
 
 
