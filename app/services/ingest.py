@@ -16,6 +16,7 @@ import lzma
 import math
 import re
 import zlib
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,11 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".libsvm": "libsvm", ".svm": "libsv
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 PARQUET_MAGIC = b"PAR1"
+BOM = b"\xef\xbb\xbf"
 CHUNK = 1 << 20
+# bytes a text parser reads at a time (cut at a line end); its memory is the
+# arrays it builds plus a few chunks
+PARSE_CHUNK = 1 << 20
 MAX_VALUE_ECHO = 80  # characters of an offending value echoed back
 MAX_DETAIL = 400  # characters of a problem's detail
 MAX_INDEX_DIGITS = 10  # a LIBSVM feature index past 10 digits is refused before int() reads it
@@ -134,34 +139,80 @@ def infer_format(declared: str | None, filename: str | None) -> str:
                               "file name)", type="unknown-format", field="format")
 
 
-def _read_checked(path: Path, fmt: str) -> bytes:
-    """The file's bytes once known to be UTF-8 text; binary content (NUL bytes, invalid
-    UTF-8, Parquet) and empty files are refused."""
-    data = path.read_bytes()
-    if not data.strip():
+def _line_chunks(path: Path, size: int) -> Iterator[tuple[bytes, int, int]]:
+    """The file in chunks of about ``size`` bytes, each cut after a newline (a longer line
+    makes its chunk longer): ``(chunk, byte offset, line number of its first line)``. A
+    newline is ASCII, so a cut never splits a UTF-8 sequence."""
+    offset, line, parts = 0, 1, []
+    with open(path, "rb") as fh:
+        while block := fh.read(size):
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                parts.append(block)
+                continue
+            chunk = b"".join([*parts, block[:cut]]) if parts else block[:cut]
+            parts = [block[cut:]] if cut < len(block) else []
+            yield chunk, offset, line
+            offset += len(chunk)
+            line += chunk.count(b"\n")
+    if parts:
+        yield b"".join(parts), offset, line
+
+
+@dataclass(frozen=True)
+class _TextStats:
+    """What the checking pass counted: the longest chunk (at least the longest line), and
+    the newlines and colons (upper bounds of a LIBSVM file's rows and entries)."""
+
+    longest: int
+    newlines: int
+    colons: int
+
+
+def _check_text(path: Path, fmt: str) -> _TextStats:
+    """Refuse an empty file, a Parquet file and binary content (NUL bytes, invalid UTF-8,
+    named by line and byte offset) in one pass over line-cut chunks, before any parse
+    error can be reported."""
+    nonblank, longest, newlines, colons = False, 0, 0, 0
+    for chunk, offset, line in _line_chunks(path, PARSE_CHUNK):
+        if offset == 0 and chunk.startswith(PARQUET_MAGIC):
+            raise ProblemError(422, "Wrong format",
+                               detail=f"declared format {fmt} but the file is Parquet",
+                               type="wrong-format", declared=fmt, detected="parquet")
+        _check_utf8(chunk, fmt, offset, line)
+        nonblank = nonblank or bool(chunk.strip())
+        longest = max(longest, len(chunk))
+        newlines += chunk.count(b"\n")
+        colons += chunk.count(b":") if fmt == "libsvm" else 0
+    if not nonblank:
         raise ProblemError(422, "Empty dataset", detail="the uploaded file has no data",
                            type="empty-dataset")
-    if data.startswith(PARQUET_MAGIC):
-        raise ProblemError(422, "Wrong format",
-                           detail=f"declared format {fmt} but the file is Parquet",
-                           type="wrong-format", declared=fmt, detected="parquet")
-    nul = data.find(b"\x00")
+    return _TextStats(longest, newlines, colons)
+
+
+def _check_utf8(chunk: bytes, fmt: str, offset: int, line: int) -> None:
+    """Raise for the chunk's first NUL byte or invalid UTF-8 sequence."""
+    nul = chunk.find(b"\x00")
+    if chunk.isascii() and nul < 0:
+        return
     try:
-        data.decode("utf-8")
+        chunk.decode("utf-8")
     except UnicodeDecodeError as exc:
         pos = exc.start if nul < 0 else min(nul, exc.start)
-        raise _binary(fmt, data, pos) from exc
+        raise _binary(fmt, line + chunk.count(b"\n", 0, pos), offset + pos) from exc
     if nul >= 0:
-        raise _binary(fmt, data, nul)
-    return data.removeprefix(b"\xef\xbb\xbf")
+        raise _binary(fmt, line + chunk.count(b"\n", 0, nul), offset + nul)
 
 
-def _read_text(path: Path, fmt: str) -> str:
-    return _read_checked(path, fmt).decode("utf-8")
+def _first_line(path: Path, start: int = 0) -> bytes:
+    """The line at byte ``start`` without its newline (a leading BOM removed)."""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        line = fh.readline()
+    return (line.removeprefix(BOM) if start == 0 else line).removesuffix(b"\n")
 
 
-def _binary(fmt: str, data: bytes, pos: int) -> ProblemError:
-    line = data.count(b"\n", 0, pos) + 1
+def _binary(fmt: str, line: int, pos: int) -> ProblemError:
     return ProblemError(422, "Not a text file",
                         detail=f"line {line}: binary content (byte offset {pos}); "
                                f"{fmt} uploads must be UTF-8 text",
@@ -303,37 +354,97 @@ def _long_token(path: Path, fmt: str, line: int, line_start: int,
 def parse_libsvm(path: Path) -> Parsed:
     """``label idx:val ...`` lines, 1-based strictly ascending indices, finite values.
 
-    scikit-learn's C parser does the work; only when it (or the finiteness check) fails does
-    the line-by-line diagnosis run, to name the first offending line."""
-    data = _read_checked(path, "libsvm")
-    first = data.split(b"\n", 1)[0]
+    The file is read in line-cut chunks of ``PARSE_CHUNK`` bytes; scikit-learn's C parser
+    reads each and the CSR pieces are assembled once at the end (peak: about twice the
+    arrays). Only when it (or the finiteness check) fails does the line-by-line diagnosis
+    run over the file, to name the first offending line."""
+    stats = _check_text(path, "libsvm")
+    first = _first_line(path)
     if b"," in first and b":" not in first:
         raise ProblemError(422, "Wrong format",
                            detail="declared format libsvm but line 1 looks like CSV",
                            type="wrong-format", declared="libsvm", detected="csv", line=1)
-    if b"qid:" in data:  # svmlight ranking files are not classification data
-        _diagnose_libsvm(data.decode("utf-8"))
-    try:
-        X, y = load_svmlight_file(io.BytesIO(data), zero_based=False, dtype=np.float64)
-    except (ValueError, OverflowError) as exc:
-        text = data.decode("utf-8")
-        _diagnose_libsvm(text)  # finds the first offending line and raises
-        raise invalid("libsvm", f"unreadable LIBSVM data: {exc}") from exc
+    pieces = _CsrBuilder(stats.newlines + 1, stats.colons)
+    diagnosed = False
+    for chunk, offset, _ in _line_chunks(path, PARSE_CHUNK):
+        if b"qid:" in chunk and not diagnosed:  # svmlight ranking files: not classification
+            _diagnose_libsvm_file(path)
+            diagnosed = True
+        pieces.add(*_load_libsvm_chunk(chunk.removeprefix(BOM) if offset == 0 else chunk,
+                                       path))
+    X, y = pieces.assemble()
     if X.shape[0] == 0:
         raise ProblemError(422, "Empty dataset", detail="the file has no data lines",
                            type="empty-dataset", format="libsvm")
-    if not np.all(np.isfinite(y)) or (X.nnz and not np.all(np.isfinite(X.data))):
-        _diagnose_libsvm(data.decode("utf-8"))  # NaN / inf / overflowing values
+    if pieces.non_finite:
+        _diagnose_libsvm_file(path)  # NaN / inf / overflowing values
         raise invalid("libsvm", "a label or value is not a finite number")
     _check_classes(y, "libsvm")
-    X = sp.csr_matrix(X)
     return Parsed(X, y)
 
 
-def _diagnose_libsvm(text: str) -> None:
-    """Raise a precise 422 for the first offending line (the slow path, errors only)."""
+def _load_libsvm_chunk(chunk: bytes, path: Path) -> tuple[sp.csr_matrix, np.ndarray]:
+    """scikit-learn's reading of one chunk; a failure is diagnosed over the whole file."""
+    try:
+        return load_svmlight_file(io.BytesIO(chunk), zero_based=False, dtype=np.float64)
+    except (ValueError, OverflowError) as exc:
+        _diagnose_libsvm_file(path)  # finds the first offending line and raises
+        raise invalid("libsvm", f"unreadable LIBSVM data: {exc}") from exc
+
+
+class _CsrBuilder:
+    """CSR rows written chunk by chunk into arrays sized by upper bounds of the rows and
+    entries (the file's newlines and colons): no copy at the end, and the pages past the
+    last entry are never touched, so they take no memory. Records whether a label or
+    value was not finite."""
+
+    def __init__(self, max_rows: int, max_nnz: int) -> None:
+        self.max_rows, self.max_nnz = max_rows, max_nnz
+        self.arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.rows = self.nnz = 0
+        self.n_features = 1
+        self.non_finite = False
+
+    def add(self, X: sp.csr_matrix, y: np.ndarray) -> None:
+        if self.arrays is None:
+            self.arrays = (np.empty(self.max_nnz, dtype=X.data.dtype),
+                           np.empty(self.max_nnz, dtype=X.indices.dtype),
+                           np.zeros(self.max_rows + 1, dtype=X.indptr.dtype),
+                           np.empty(self.max_rows, dtype=y.dtype))
+        data, indices, indptr, labels = self.arrays
+        r0, k0, r1, k1 = self.rows, self.nnz, self.rows + X.shape[0], self.nnz + X.nnz
+        if r1 > self.max_rows or k1 > self.max_nnz:
+            raise invalid("libsvm", "unreadable LIBSVM data: more rows or entries than lines "
+                                    "or colons")
+        data[k0:k1], indices[k0:k1], labels[r0:r1] = X.data, X.indices, y
+        indptr[r0 + 1:r1 + 1] = X.indptr[1:] + k0
+        self.rows, self.nnz = r1, k1
+        self.n_features = max(self.n_features, X.shape[1])
+        self.non_finite = self.non_finite or not (
+            np.all(np.isfinite(y)) and np.all(np.isfinite(X.data)))
+
+    def assemble(self) -> tuple[sp.csr_matrix, np.ndarray]:
+        """The matrix and the labels (views of the written part of the arrays)."""
+        if self.arrays is None:  # no chunk read
+            return sp.csr_matrix((0, 1)), np.empty(0)
+        data, indices, indptr, labels = self.arrays
+        k, r = self.nnz, self.rows
+        X = sp.csr_array((data[:k], indices[:k], indptr[:r + 1]), (r, self.n_features))
+        return sp.csr_matrix(X), labels[:r]
+
+
+def _diagnose_libsvm_file(path: Path) -> None:
+    """The diagnosis over the whole file, chunk by chunk with global line numbers."""
+    for chunk, offset, line in _line_chunks(path, PARSE_CHUNK):
+        text = (chunk.removeprefix(BOM) if offset == 0 else chunk).decode("utf-8")
+        _diagnose_libsvm(text, line)
+
+
+def _diagnose_libsvm(text: str, first_line: int = 1) -> None:
+    """Raise a precise 422 for the first offending line (the slow path, errors only);
+    ``text`` starts at line ``first_line`` of the file."""
     max_features = get_settings().limit_features
-    for lineno, raw in enumerate(text.split("\n"), 1):
+    for lineno, raw in enumerate(text.split("\n"), first_line):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -391,84 +502,224 @@ def _diagnose_libsvm(text: str) -> None:
 # ---------------------------------------------------------------- CSV
 
 def parse_csv(path: Path, label_column: str) -> Parsed:
-    """A header row, one label column (numbers or text), numeric finite feature columns."""
-    text = _read_text(path, "csv")
-    stripped = text.lstrip("\r\n")  # the header must be the first row pyarrow sees
-    offset = text.count("\n", 0, len(text) - len(stripped))  # blank lines before it
-    text = stripped
-    first = text.split("\n", 1)[0]
+    """A header row, one label column (numbers or text), numeric finite feature columns.
+
+    Two streaming passes: Python's C ``csv`` module reads the row structure (header, field
+    counts, each row's line number), then pyarrow's streaming reader parses the numbers
+    block by block into a preallocated matrix; labels are kept as codes into their distinct
+    texts. Peak memory: the arrays plus a few blocks."""
+    longest = _check_text(path, "csv").longest
+    start, offset = _csv_start(path)
+    first = _first_line(path, start).decode("utf-8")
     if _LIBSVM_FIRST_LINE.fullmatch(first):
         raise ProblemError(422, "Wrong format",
                            detail="declared format csv but line 1 looks like LIBSVM",
                            type="wrong-format", declared="csv", detected="libsvm", line=1)
-    dialect_delim = _delimiter(first)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=dialect_delim)
+    src = _CsvText(path, start, offset, _delimiter(first), longest + 2)
+    header, lines = _csv_structure(src, label_column)
+    fill = _CsvFill(lines.size, header, label_column)
+    for batch in _csv_batches(src, header, label_column):
+        fill.add(batch)
+    features = [h for h in header if h != label_column]
+    fill.check(lines, features)
+    y = _labels_from_codes(fill.labels, lines, "csv", label_column)
+    _check_classes(y, "csv")
+    return Parsed(fill.X, y, feature_names=features)
+
+
+@dataclass(frozen=True)
+class _CsvText:
+    """Where a CSV file's rows start (past a BOM and blank lines), the count of blank lines
+    before them, the delimiter and pyarrow's block size (longer than any line)."""
+
+    path: Path
+    start: int
+    offset: int
+    delim: str
+    block: int
+
+    def open(self) -> io.TextIOWrapper:
+        raw = open(self.path, "rb")  # noqa: SIM115 - closed with the wrapper
+        raw.seek(self.start)
+        return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+
+
+def _csv_start(path: Path) -> tuple[int, int]:
+    """The byte offset past a BOM and the blank lines at the start, and their newlines."""
+    with open(path, "rb") as fh:
+        start = len(BOM) if fh.read(len(BOM)) == BOM else 0
+        fh.seek(start)
+        newlines = 0
+        while block := fh.read(CHUNK):
+            rest = block.lstrip(b"\r\n")
+            newlines += block.count(b"\n", 0, len(block) - len(rest))
+            start += len(block) - len(rest)
+            if rest:
+                break
+    return start, newlines
+
+
+def _csv_structure(src: _CsvText, label_column: str) -> tuple[list[str], np.ndarray]:
+    """The header and each data row's line number (int64), checking field counts."""
     header: list[str] | None = None
-    data_lines: list[int] = []
-    for row in _csv_rows(reader, offset):
-        if not row or (len(row) == 1 and not row[0].strip()):
-            continue
-        lineno = reader.line_num + offset
-        if header is None:
-            header = [h.strip() for h in row]
-            cap = get_settings().limit_features
-            if len(header) > cap + 1:
-                raise over_limit("features", len(header) - 1, cap, "SODM_LIMIT_FEATURES",
-                                 format="csv", line=reader.line_num + offset)
-            if label_column not in header:
-                raise ProblemError(422, "Missing label column",
-                                   detail=f"no column named {label_column!r} in the header "
-                                          "(set label_column)", type="missing-label-column",
-                                   format="csv", line=lineno, column=label_column,
-                                   columns=header[:50])
-            if len(set(header)) != len(header):
-                dup = next(h for h in header if header.count(h) > 1)
-                raise invalid("csv", f"line {lineno}: duplicate column name {dup!r}",
-                              line=lineno, column=dup, value=dup)
-            if len(header) < 2:
-                raise invalid("csv", "there are no feature columns besides the label",
-                              line=lineno, column=label_column)
-            continue
-        if len(row) != len(header):
-            raise invalid("csv", f"line {lineno}: {len(row)} fields, the header has "
-                                 f"{len(header)}", line=lineno, field="row",
-                          value=dialect_delim.join(row))
-        data_lines.append(lineno)
-    if header is None or not data_lines:
+    lines = array("q")
+    with src.open() as fh:
+        reader = csv.reader(fh, delimiter=src.delim)
+        for row in _csv_rows(reader, src.offset):
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            lineno = reader.line_num + src.offset
+            if header is None:
+                header = _csv_header(row, lineno, label_column)
+            elif len(row) != len(header):
+                raise invalid("csv", f"line {lineno}: {len(row)} fields, the header has "
+                                     f"{len(header)}", line=lineno, field="row",
+                              value=src.delim.join(row))
+            else:
+                lines.append(lineno)
+    if header is None or not lines:
         raise ProblemError(422, "Empty dataset", detail="the CSV file has no data rows",
                            type="empty-dataset", format="csv")
-    features = [h for h in header if h != label_column]
-    types = {h: pa.float64() for h in features}
+    return header, np.frombuffer(lines, dtype=np.int64)
+
+
+def _csv_header(row: list[str], lineno: int, label_column: str) -> list[str]:
+    """The column names: the label among them, no duplicates, at least one feature."""
+    header = [h.strip() for h in row]
+    cap = get_settings().limit_features
+    if len(header) > cap + 1:
+        raise over_limit("features", len(header) - 1, cap, "SODM_LIMIT_FEATURES",
+                         format="csv", line=lineno)
+    if label_column not in header:
+        raise ProblemError(422, "Missing label column",
+                           detail=f"no column named {label_column!r} in the header "
+                                  "(set label_column)", type="missing-label-column",
+                           format="csv", line=lineno, column=label_column,
+                           columns=header[:50])
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise invalid("csv", f"line {lineno}: duplicate column name {dup!r}",
+                      line=lineno, column=dup, value=dup)
+    if len(header) < 2:
+        raise invalid("csv", "there are no feature columns besides the label",
+                      line=lineno, column=label_column)
+    return header
+
+
+def _csv_batches(src: _CsvText, header: list[str],
+                 label_column: str) -> Iterator[pa.RecordBatch]:
+    """pyarrow's record batches of the rows (header skipped); a parse error is diagnosed
+    over the whole file to name the first offending cell."""
+    types = {h: pa.float64() for h in header if h != label_column}
     types[label_column] = pa.string()
+    with pa.OSFile(str(src.path)) as fh:
+        fh.seek(src.start)
+        try:
+            reader = pacsv.open_csv(
+                fh, read_options=pacsv.ReadOptions(column_names=header, skip_rows=1,
+                                                   block_size=src.block),
+                parse_options=pacsv.ParseOptions(delimiter=src.delim, ignore_empty_lines=True,
+                                                 newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=types, strings_can_be_null=False,
+                    quoted_strings_can_be_null=False))
+            while (batch := _next_batch(reader)) is not None:
+                yield batch
+        except pa.ArrowInvalid as exc:
+            _diagnose_csv_cells(src, header, label_column)
+            raise invalid("csv", f"unreadable CSV data: {exc}") from exc
+
+
+def _next_batch(reader: pacsv.CSVStreamingReader) -> pa.RecordBatch | None:
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(text.encode()),
-            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
-            parse_options=pacsv.ParseOptions(delimiter=dialect_delim,
-                                              ignore_empty_lines=True),
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=False,
-                                                 quoted_strings_can_be_null=False))
-    except pa.ArrowInvalid as exc:
-        _diagnose_csv_cells(text, dialect_delim, header, label_column, offset)
-        raise invalid("csv", f"unreadable CSV data: {exc}") from exc
-    X = np.empty((table.num_rows, len(features)), dtype=np.float64)
-    for j, name in enumerate(features):
-        col = table.column(name)
-        if col.null_count:
-            row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
-            raise invalid("csv", f"line {data_lines[row]}: column {name!r} is empty",
-                          line=data_lines[row], column=name, value="")
-        X[:, j] = col.to_numpy()
-        bad = np.flatnonzero(~np.isfinite(X[:, j]))
-        if bad.size:
-            row = int(bad[0])
-            raise invalid("csv", f"line {data_lines[row]}: column {name!r} value "
-                                 f"{X[row, j]!r} is not finite", line=data_lines[row],
-                          column=name, value=str(X[row, j]))
-    labels = table.column(label_column).to_pylist()
-    y = _labels_from_text([s.strip() for s in labels], data_lines, "csv", label_column)
-    _check_classes(y, "csv")
-    return Parsed(X, y, feature_names=features)
+        return reader.read_next_batch()
+    except StopIteration:
+        return None
+
+
+class _CsvFill:
+    """The feature matrix (rows known from the structure pass) filled batch by batch, the
+    first empty and first non-finite row of each feature column, and the label codes.
+    Problems are reported after the last batch, column by column as a whole-file read
+    would."""
+
+    def __init__(self, n: int, header: list[str], label_column: str) -> None:
+        self.cols = [j for j, h in enumerate(header) if h != label_column]
+        self.label_at = header.index(label_column)
+        self.X = np.empty((n, len(self.cols)), dtype=np.float64)
+        self.first_null = np.full(len(self.cols), -1, dtype=np.int64)
+        self.first_bad = np.full(len(self.cols), -1, dtype=np.int64)
+        self.labels = _LabelCodes(n)
+        self.rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        r0, r1 = self.rows, self.rows + batch.num_rows
+        if r1 > self.X.shape[0]:
+            raise invalid("csv", "unreadable CSV data: pyarrow reads more rows than the "
+                                 "csv module")
+        block = self.X[r0:r1]
+        for j, c in enumerate(self.cols):
+            col = batch.column(c)
+            block[:, j] = col.to_numpy(zero_copy_only=False)
+            if col.null_count and self.first_null[j] < 0:
+                self.first_null[j] = r0 + _first_true(pc.is_null(col))
+        bad = ~np.isfinite(block)
+        if bad.any():
+            self._record_bad(bad, batch, r0)
+        self.labels.add(batch.column(self.label_at), r0)
+        self.rows = r1
+
+    def _record_bad(self, bad: np.ndarray, batch: pa.RecordBatch, r0: int) -> None:
+        """The first non-finite value (nulls aside) of each column that has none yet."""
+        for j in np.flatnonzero(bad.any(axis=0) & (self.first_bad < 0)):
+            rows = bad[:, j]
+            col = batch.column(self.cols[j])
+            if col.null_count:
+                rows = rows & ~pc.is_null(col).to_numpy(zero_copy_only=False)
+            if rows.any():
+                self.first_bad[j] = r0 + int(rows.argmax())
+
+    def check(self, lines: np.ndarray, features: list[str]) -> None:
+        """Raise for the first column with an empty cell or a non-finite value."""
+        if self.rows != self.X.shape[0]:
+            raise invalid("csv", "unreadable CSV data: pyarrow reads fewer rows than the "
+                                 "csv module")
+        for j, name in enumerate(features):
+            if self.first_null[j] >= 0:
+                line = int(lines[self.first_null[j]])
+                raise invalid("csv", f"line {line}: column {name!r} is empty", line=line,
+                              column=name, value="")
+            if self.first_bad[j] >= 0:
+                value = self.X[self.first_bad[j], j]
+                line = int(lines[self.first_bad[j]])
+                raise invalid("csv", f"line {line}: column {name!r} value {value!r} is not "
+                                     "finite", line=line, column=name, value=str(value))
+
+
+def _first_true(mask: pa.Array) -> int:
+    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+
+
+class _LabelCodes:
+    """Each row's label (stripped) as a code into the distinct label texts: one int32 per
+    row instead of a Python string per row."""
+
+    def __init__(self, n: int) -> None:
+        self.codes = np.empty(n, dtype=np.int32)
+        self.texts: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def add(self, col: pa.Array, r0: int) -> None:
+        enc = pc.dictionary_encode(col)
+        remap = np.array([self._code(s.strip()) for s in enc.dictionary.to_pylist()],
+                         dtype=np.int32)
+        self.codes[r0:r0 + len(col)] = remap[enc.indices.to_numpy(zero_copy_only=False)]
+
+    def _code(self, text: str) -> int:
+        code = self.index.setdefault(text, len(self.texts))
+        if code == len(self.texts):
+            self.texts.append(text)
+        return code
 
 
 def _csv_rows(reader: Any, offset: int) -> Iterator[list[str]]:
@@ -493,46 +744,51 @@ def _delimiter(header: str) -> str:
     return best if counts[best] > counts[","] else ","
 
 
-def _labels_from_text(labels: list[str], lines: list[int], fmt: str, column: str) -> np.ndarray:
-    """Numbers when every label parses as a finite number, else the text itself."""
-    for i, s in enumerate(labels):
-        if s == "":
-            raise invalid(fmt, f"line {lines[i]}: the label is empty", line=lines[i],
-                          column=column, value="")
+def _labels_from_codes(labels: _LabelCodes, lines: np.ndarray, fmt: str,
+                       column: str) -> np.ndarray:
+    """Numbers when every label parses as a finite number, else the text itself; an empty
+    label is refused first (the first row that has one)."""
+    codes, texts = labels.codes, labels.texts
+    if "" in labels.index:
+        line = int(lines[int(np.argmax(codes == labels.index[""]))])
+        raise invalid(fmt, f"line {line}: the label is empty", line=line, column=column,
+                      value="")
     try:
-        nums = np.array([float(s) for s in labels], dtype=np.float64)
+        nums = np.array([float(s) for s in texts], dtype=np.float64)
     except ValueError:
-        return np.array(labels, dtype=str)
-    bad = np.flatnonzero(~np.isfinite(nums))
+        return np.array(texts, dtype=str)[codes]
+    y = nums[codes]
+    bad = np.flatnonzero(~np.isfinite(y))
     if bad.size:
         i = int(bad[0])
-        raise invalid(fmt, f"line {lines[i]}: label {labels[i]!r} is not finite", line=lines[i],
-                      column=column, value=labels[i])
-    return nums
+        text, line = texts[codes[i]], int(lines[i])
+        raise invalid(fmt, f"line {line}: label {text!r} is not finite", line=line,
+                      column=column, value=text)
+    return y
 
 
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
                "-infinity"}
 
 
-def _diagnose_csv_cells(text: str, delim: str, header: list[str], label: str,
-                        offset: int) -> None:
+def _diagnose_csv_cells(src: _CsvText, header: list[str], label: str) -> None:
     """Raise for the first feature cell that is not a number (NaN/inf are left to the
     finiteness check, which reports them with their own message)."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
-    rows = _csv_rows(reader, offset)
-    next(rows, None)  # header
-    for row in rows:
-        if not row or (len(row) == 1 and not row[0].strip()):
-            continue
-        line = reader.line_num + offset
-        for name, cell in zip(header, row, strict=False):
-            value = cell.strip()
-            if name == label or _NUM_RE.fullmatch(value) or value.lower() in _NON_FINITE:
+    with src.open() as fh:
+        reader = csv.reader(fh, delimiter=src.delim)
+        rows = _csv_rows(reader, src.offset)
+        next(rows, None)  # header
+        for row in rows:
+            if not row or (len(row) == 1 and not row[0].strip()):
                 continue
-            msg = "is empty" if not value else f"value {cell!r} is not a number"
-            raise invalid("csv", f"line {line}: column {name!r} {msg}", line=line, column=name,
-                          value=cell)
+            line = reader.line_num + src.offset
+            for name, cell in zip(header, row, strict=False):
+                value = cell.strip()
+                if name == label or _NUM_RE.fullmatch(value) or value.lower() in _NON_FINITE:
+                    continue
+                msg = "is empty" if not value else f"value {cell!r} is not a number"
+                raise invalid("csv", f"line {line}: column {name!r} {msg}", line=line,
+                              column=name, value=cell)
 
 
 # ---------------------------------------------------------------- Parquet
