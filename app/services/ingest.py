@@ -2,7 +2,9 @@
 
 Each parser has a fast path (scikit-learn's C LIBSVM reader; Python's C ``csv`` module for the
 row structure plus pyarrow's CSV reader for numbers; pyarrow for Parquet) and, only when that
-fails, a slow diagnostic pass that finds the first offending line and explains it. Every
+fails, a slow diagnostic pass that finds the first offending line and explains it. The text
+parsers stream the file in line-cut chunks (``PARSE_CHUNK``) into preallocated arrays, so a
+parse needs the arrays it produces plus a few chunks, never the whole file. Every
 rejection is a 422 ``ProblemError`` with the extensions ``line`` (1-based; ``row`` for
 Parquet), ``field`` / ``column`` and ``value`` where they apply.
 """
@@ -43,7 +45,7 @@ PARQUET_MAGIC = b"PAR1"
 BOM = b"\xef\xbb\xbf"
 CHUNK = 1 << 20
 # bytes a text parser reads at a time (cut at a line end); its memory is the
-# arrays it builds plus a few chunks
+# arrays it builds plus a few chunks (pyarrow reads up to 32 blocks of about a chunk ahead)
 PARSE_CHUNK = 1 << 20
 MAX_VALUE_ECHO = 80  # characters of an offending value echoed back
 MAX_DETAIL = 400  # characters of a problem's detail
@@ -538,7 +540,7 @@ class _CsvText:
     delim: str
     block: int
 
-    def open(self) -> io.TextIOWrapper:
+    def open_text(self) -> io.TextIOWrapper:
         raw = open(self.path, "rb")  # noqa: SIM115 - closed with the wrapper
         raw.seek(self.start)
         return io.TextIOWrapper(raw, encoding="utf-8", newline="")
@@ -563,7 +565,7 @@ def _csv_structure(src: _CsvText, label_column: str) -> tuple[list[str], np.ndar
     """The header and each data row's line number (int64), checking field counts."""
     header: list[str] | None = None
     lines = array("q")
-    with src.open() as fh:
+    with src.open_text() as fh:
         reader = csv.reader(fh, delimiter=src.delim)
         for row in _csv_rows(reader, src.offset):
             if not row or (len(row) == 1 and not row[0].strip()):
@@ -774,7 +776,7 @@ _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infin
 def _diagnose_csv_cells(src: _CsvText, header: list[str], label: str) -> None:
     """Raise for the first feature cell that is not a number (NaN/inf are left to the
     finiteness check, which reports them with their own message)."""
-    with src.open() as fh:
+    with src.open_text() as fh:
         reader = csv.reader(fh, delimiter=src.delim)
         rows = _csv_rows(reader, src.offset)
         next(rows, None)  # header
