@@ -357,28 +357,27 @@ def parse_libsvm(path: Path) -> Parsed:
     """``label idx:val ...`` lines, 1-based strictly ascending indices, finite values.
 
     The file is read in line-cut chunks of ``PARSE_CHUNK`` bytes; scikit-learn's C parser
-    reads each and the CSR pieces are assembled once at the end (peak: about twice the
-    arrays). Only when it (or the finiteness check) fails does the line-by-line diagnosis
-    run over the file, to name the first offending line."""
+    reads each and its CSR rows are written into arrays sized from the checking pass's
+    counts (peak: the arrays plus a chunk). Only when it (or the finiteness check) fails
+    does the line-by-line diagnosis run over the file, to name the first offending line."""
     stats = _check_text(path, "libsvm")
     first = _first_line(path)
     if b"," in first and b":" not in first:
         raise ProblemError(422, "Wrong format",
                            detail="declared format libsvm but line 1 looks like CSV",
                            type="wrong-format", declared="libsvm", detected="csv", line=1)
-    pieces = _CsrBuilder(stats.newlines + 1, stats.colons)
+    csr = _CsrBuilder(stats.newlines + 1, stats.colons)
     diagnosed = False
     for chunk, offset, _ in _line_chunks(path, PARSE_CHUNK):
         if b"qid:" in chunk and not diagnosed:  # svmlight ranking files: not classification
             _diagnose_libsvm_file(path)
             diagnosed = True
-        pieces.add(*_load_libsvm_chunk(chunk.removeprefix(BOM) if offset == 0 else chunk,
-                                       path))
-    X, y = pieces.assemble()
+        csr.add(*_load_libsvm_chunk(chunk.removeprefix(BOM) if offset == 0 else chunk, path))
+    X, y = csr.assemble()
     if X.shape[0] == 0:
         raise ProblemError(422, "Empty dataset", detail="the file has no data lines",
                            type="empty-dataset", format="libsvm")
-    if pieces.non_finite:
+    if csr.non_finite:
         _diagnose_libsvm_file(path)  # NaN / inf / overflowing values
         raise invalid("libsvm", "a label or value is not a finite number")
     _check_classes(y, "libsvm")
