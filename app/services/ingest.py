@@ -11,6 +11,7 @@ Parquet), ``field`` / ``column`` and ``value`` where they apply.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -806,22 +807,26 @@ def parse_parquet(path: Path, label_column: str) -> Parsed:
                                   + (f" (it looks like {detected})" if detected else ""),
                            type="wrong-format", declared="parquet", detected=detected)
     _check_parquet_footer(path)
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
-    names = table.column_names
+    pf = _open_parquet(path, label_column)
+    names = pf.schema_arrow.names
     if label_column not in names:
         raise ProblemError(422, "Missing label column",
                            detail=f"no column named {label_column!r} (set label_column)",
                            type="missing-label-column", format="parquet", column=label_column,
                            columns=names[:50])
+    sparse = "indices" in names and "values" in names and pa.types.is_list(
+        pf.schema_arrow.field("indices").type)
+    if not sparse:
+        _check_feature_types(pf, path, [n for n in names if n not in (label_column, "row_id")])
+    try:
+        table = pf.read()
+    except (pa.ArrowException, OSError) as exc:
+        raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     if table.num_rows == 0:
         raise ProblemError(422, "Empty dataset", detail="the Parquet file has no rows",
                            type="empty-dataset", format="parquet")
     y = _parquet_labels(table.column(label_column), label_column)
-    if "indices" in names and "values" in names and pa.types.is_list(
-            table.schema.field("indices").type):
+    if sparse:
         X = _parquet_sparse(table)
         feature_names = None
     else:
@@ -897,8 +902,63 @@ def _parquet_numeric(col: pa.ChunkedArray, name: str) -> np.ndarray:
     return values
 
 
+def _open_parquet(path: Path, label_column: str) -> pq.ParquetFile:
+    """The file, a text label column read dictionary-encoded: a few long strings repeated
+    over many rows stay one copy each until their count and lengths are checked."""
+    try:
+        schema = pq.ParquetFile(path).schema_arrow
+        label = schema.field(label_column).type if label_column in schema.names else None
+        text = label is not None and (pa.types.is_string(label) or pa.types.is_large_string(label)
+                                      or pa.types.is_binary(label))
+        return pq.ParquetFile(path, read_dictionary=[label_column] if text else None)
+    except (pa.ArrowException, OSError) as exc:
+        raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+
+
+def _is_number_type(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t))
+
+
+def _check_feature_types(pf: pq.ParquetFile, path: Path, features: list[str]) -> None:
+    """Feature columns must be numbers: refused from the schema, before any column is read
+    (only the offending column's first value is read, dictionary-encoded, to echo it)."""
+    for name in features:
+        t = pf.schema_arrow.field(name).type
+        if _is_number_type(t):
+            continue
+        first = None
+        if pf.metadata.num_row_groups and pf.metadata.row_group(0).num_rows:
+            with contextlib.suppress(pa.ArrowException, OSError):
+                one = pq.ParquetFile(path, read_dictionary=[name]).read_row_group(
+                    0, columns=[name])
+                first = one.column(name).slice(0, 1).to_pylist()[0]
+        raise invalid("parquet", f"column {name!r} has type {t}, not a number", column=name,
+                      value=str(first))
+
+
+def _label_dictionary_caps(col: pa.ChunkedArray, name: str) -> None:
+    """Distinct labels (classes cap) and their lengths (token cap) of a dictionary-encoded
+    text label column, checked before the labels are decoded row by row."""
+    s = get_settings()
+    values = pa.chunked_array([c.dictionary for c in col.chunks], type=col.type.value_type)
+    distinct = pc.unique(values)
+    if len(distinct) > s.limit_classes:
+        raise over_limit("classes", len(distinct), s.limit_classes, "SODM_LIMIT_CLASSES",
+                         format="parquet", column=name)
+    longest = int(pc.max(pc.binary_length(distinct)).as_py() or 0)
+    if longest > s.limit_token_bytes:
+        raise over_limit("token bytes", longest, s.limit_token_bytes,
+                         "SODM_LIMIT_TOKEN_BYTES", format="parquet", column=name,
+                         field="label")
+
+
 def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
     if pa.types.is_dictionary(col.type):
+        if not _is_number_type(col.type.value_type):
+            _label_dictionary_caps(col, name)
         col = col.cast(col.type.value_type)
     t = col.type
     if col.null_count:

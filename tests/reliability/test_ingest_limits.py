@@ -75,6 +75,11 @@ CORPUS: dict[str, tuple[str, bytes, dict[str, str], int, dict[str, Any]]] = {
         {"label": pa.array(np.arange(4000) % 2), **{
             f"f{j}": pa.array(np.zeros(4000)) for j in range(400)}})), {}, 413,
                      {"cap": "uncompressed bytes"}),
+    # two 100 KB label strings, dictionary-encoded over 5,000 rows (500 MB decoded)
+    "parquet-label-strings": ("a.parquet", _parquet(pa.table(
+        {"label": pa.array(["a" * 100_000, "b" * 100_000] * 2500).dictionary_encode(),
+         "f0": pa.array(np.zeros(5000))})), {}, 413,
+                              {"cap": "token bytes", "field": "label", "column": "label"}),
     "parquet-rows": ("a.parquet", _parquet(pa.table(
         {"label": pa.array(np.arange(6000) % 2), "f0": pa.array(np.zeros(6000))})), {}, 413,
                      {"cap": "rows", "value": 6000}),
