@@ -38,8 +38,11 @@ from worker.spark_backend import session_id_for
 pytestmark = pytest.mark.spark
 
 SEED = 11
-# numeric gamma: the Spark run repeats the local arithmetic (decision values within 1e-6)
-SPARK_PARAMS = {"kernel": "rbf", "gamma": 0.5, "levels": 2, "n_strata": 6, "lam": 100.0}
+# numeric gamma: the Spark run repeats the local arithmetic (decision values within 1e-6);
+# every searched parameter given: a local job fills the ones left out with "auto", which
+# the Spark backend does not take (it keeps the defaults)
+SPARK_PARAMS = {"kernel": "rbf", "gamma": 0.5, "levels": 2, "n_strata": 6, "lam": 100.0,
+                "theta": 0.2}
 # One Spark operation (levels=0: one global solve) that runs for many minutes unless it is
 # interrupted: a tolerance the solver never reaches on svmguide1 and a large epoch budget.
 LONG_SPARK = {"kernel": "rbf", "gamma": 10.0, "lam": 1e8, "tol": 1e-12, "max_iter": 100_000,
@@ -176,6 +179,32 @@ def test_classic_master_worker_trains_and_leaves_no_jvm(sclient, start_worker, t
     w.stop()
     gone, alive = psutil.wait_procs(jvms, timeout=30)
     assert not alive, f"JVMs left after the worker stopped: {alive}"
+
+
+def test_standalone_cluster_trains_like_local(sclient, start_worker, spark_standalone, three,
+                                              heart, datasets_dir):
+    """``SODM_SPARK_MASTER=spark://...`` (a standalone master and two 1-core workers, the
+    compose profile's layout): a binary and a three-class request each give the local
+    backend's model, the executors running in the cluster's JVMs. Before the Connect worker
+    exists, so this worker is the only consumer of the queue."""
+    w = start_worker(SODM_SPARK_MASTER=spark_standalone, SPARK_LOCAL_IP="127.0.0.1",
+                     **ONE_BLAS_THREAD)
+    try:
+        params = {**SPARK_PARAMS, "levels": 1}
+        for ds, name in ((heart, "heart_scale"), (three, None)):
+            done, local = _both_backends(sclient, {"dataset_id": ds["id"], "params": params,
+                                                   "seed": SEED, "test_fraction": 0.25})
+            assert all(h["backend"] == "spark" for h in done["history"])
+            # a standalone master names its applications app-<time>-<n> (local mode: local-)
+            spark = done["progress"]["spark"]
+            assert spark["mode"] == "classic", spark
+            assert spark["application_id"].startswith("app-"), spark
+            X = (load_libsvm(datasets_dir, name, ds["n_features"])[0] if name
+                 else three_classes(datasets_dir)[0])
+            model = assert_same_model(sclient, done, local, X)
+            assert len(model["classes"]) == (2 if name else len(CLASSES))
+    finally:
+        w.stop()
 
 
 def test_spark_job_predicts_like_local_backend(sclient, spark_worker, heart, datasets_dir):
