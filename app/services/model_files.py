@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,11 @@ from app.config import get_settings
 from app.db import session_scope
 from app.models import Model
 from app.problems import ProblemError
+from app.services.stale_files import STALE_SECONDS, stale_files
+from app.services.stale_files import remove as remove_files
 
 log = logging.getLogger(__name__)
 
-TEMP_PREFIX = "."  # storage.atomic_write_bytes' and solver.model_io's temporary files
-STALE_SECONDS = 3600.0
 SUFFIX = ".sodm"
 
 
@@ -75,30 +74,11 @@ def sweep(models_dir: Path | None = None, stale_seconds: float = STALE_SECONDS) 
     """Remove stale temporary files and model files without a live row; returns the
     removed file names."""
     directory = models_dir or Path(get_settings().data_dir) / "models"
-    if not directory.is_dir():
-        return []
-    cutoff = time.time() - stale_seconds
-    temps, finished = [], {}
-    for p in directory.iterdir():
-        try:
-            if not p.is_file() or p.stat().st_mtime > cutoff:
-                continue
-        except FileNotFoundError:
-            continue
-        if p.name.startswith(TEMP_PREFIX):
-            temps.append(p)
-        elif p.name.endswith(SUFFIX):
-            finished[p.name[: -len(SUFFIX)]] = p
+    found = stale_files(directory, SUFFIX, stale_seconds)
     orphans: list[Path] = []
-    if finished:
+    if found.finished:
         with session_scope() as s:
-            live = set(s.scalars(select(Model.id).where(Model.id.in_(list(finished)),
+            live = set(s.scalars(select(Model.id).where(Model.id.in_(list(found.finished)),
                                                         Model.deleted_at.is_(None))))
-        orphans = [p for mid, p in finished.items() if mid not in live]
-    removed = []
-    for p in temps + orphans:
-        p.unlink(missing_ok=True)
-        removed.append(p.name)
-    if removed:
-        log.warning("removed %d model files no model owns: %s", len(removed), removed[:20])
-    return removed
+        orphans = [p for mid, p in found.finished.items() if mid not in live]
+    return remove_files(found.temps + orphans, "model files no model owns")

@@ -3,8 +3,6 @@ cancelled job's output and the periodic sweep of what no successful job owns."""
 
 from __future__ import annotations
 
-import logging
-import time
 from pathlib import Path
 
 from sqlalchemy import select
@@ -12,9 +10,9 @@ from sqlalchemy import select
 from app.db import session_scope
 from app.models import Job, JobState
 from app.services import storage
-from app.services.model_files import STALE_SECONDS, TEMP_PREFIX
+from app.services.stale_files import STALE_SECONDS, stale_files
+from app.services.stale_files import remove as remove_files
 
-log = logging.getLogger(__name__)
 SUFFIX = ".parquet"
 # an output is kept while its job may still need it or serves it
 KEEP_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING, JobState.SUCCEEDED)
@@ -28,31 +26,11 @@ def remove(job_id: str) -> None:
 def sweep(directory: Path | None = None, stale_seconds: float = STALE_SECONDS) -> list[str]:
     """Remove stale temporary outputs (a killed worker's) and outputs whose job is gone,
     cancelled or failed; returns the removed file names."""
-    directory = directory or storage.predictions_dir()
-    if not directory.is_dir():
-        return []
-    cutoff = time.time() - stale_seconds
-    temps, outputs = [], {}
-    for p in directory.iterdir():
-        try:
-            if not p.is_file() or p.stat().st_mtime > cutoff:
-                continue
-        except FileNotFoundError:
-            continue
-        if p.name.startswith(TEMP_PREFIX):
-            temps.append(p)
-        elif p.name.endswith(SUFFIX):
-            outputs[p.name[: -len(SUFFIX)]] = p
+    found = stale_files(directory or storage.predictions_dir(), SUFFIX, stale_seconds)
     orphans: list[Path] = []
-    if outputs:
+    if found.finished:
         with session_scope() as s:
-            kept = set(s.scalars(select(Job.id).where(Job.id.in_(list(outputs)),
+            kept = set(s.scalars(select(Job.id).where(Job.id.in_(list(found.finished)),
                                                       Job.state.in_(KEEP_STATES))))
-        orphans = [p for job_id, p in outputs.items() if job_id not in kept]
-    removed = []
-    for p in temps + orphans:
-        p.unlink(missing_ok=True)
-        removed.append(p.name)
-    if removed:
-        log.warning("removed %d prediction outputs no job owns: %s", len(removed), removed[:20])
-    return removed
+        orphans = [p for job_id, p in found.finished.items() if job_id not in kept]
+    return remove_files(found.temps + orphans, "prediction outputs no job owns")

@@ -66,7 +66,7 @@ def test_sweep_removes_stale_outputs_no_live_job_owns(
         api: Any, datasets_dir: Any, private_queue: str) -> None:
     from app.models import JobState
     from app.services import prediction_files
-    from app.services.model_files import STALE_SECONDS
+    from app.services.stale_files import STALE_SECONDS
     from app.services.storage import prediction_path
     from worker import lease, runner
 
