@@ -242,21 +242,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         """
         t0 = time.perf_counter()
         self.validate_params()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
-                             ensure_all_finite=True, y_numeric=False)
-        if sp.issparse(X):
-            X = sp.csr_matrix(X)
-            X.sort_indices()
-        classes, y_idx = np.unique(y, return_inverse=True)
-        if len(classes) != 2:
-            # Two distinct labels are always a binary problem (even non-integer floats such
-            # as -1.5 / 2.5); more non-integer values look like a regression target.
-            check_classification_targets(y)
-        if len(classes) < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least two classes in y; only one class "
-                f"({classes[0]!r}) is present"
-            )
+        X, y, classes, y_idx = self._fit_inputs(X, y)
         scaler = MinMaxScaler.fit(X) if self.scale else None
         Xs = scaler.transform(X) if scaler is not None else X
         gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
@@ -274,26 +260,72 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         self.lam_, self.theta_ = float(lam), float(theta)
         Z = append_constant(Xs) if self.fit_intercept else Xs
         self._scaler = scaler
-
-        Z_val = None
-        yv_idx = None
-        if X_val is not None and y_val is not None:
-            Xv = self._check_X(X_val, reset=False)
-            Z_val = self._model_space(Xv)
-            y_val = np.asarray(y_val)
-            yv_idx = np.searchsorted(classes, y_val)
-            yv_idx = np.where(yv_idx < len(classes), yv_idx, 0)
-            known = classes[yv_idx] == y_val
-            Z_val = Z_val[known] if known.any() else None
-            yv_idx = yv_idx[known]
-
-        n_problems = 1 if len(classes) == 2 else len(classes)
+        Z_val, yv_idx = self._validation_rows(X_val, y_val, classes)
         kernel = self._make_kernel(gamma)
+        history, n_iter, solutions = self._solve_problems(
+            Z, y_idx, classes, kernel, seed, Z_val, yv_idx, progress, should_stop)
+        state = self._fitted_state(solutions, Z, Xs, y_idx, float(theta), kernel, seed)
+        info = fit_info(algorithm=self._algorithm_for_kernel(), n_train=X.shape[0],
+                        n_features=X.shape[1], sparse_input=sp.issparse(X),
+                        n_problems=len(solutions), seed=seed, n_iter=n_iter,
+                        seconds=time.perf_counter() - t0,
+                        params={"lam": float(lam), "gamma": float(gamma),
+                                "theta": float(theta)})
+        if search_info is not None:
+            info["auto"] = _with_final_fit(search_info, final_clock.elapsed())
+        _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
+                   gamma=gamma, history=history, fit_info=info, **state)
+        if getattr(self, "probability", False):
+            self._calibrate(X, y, seed, should_stop)
+        return self
+
+    def _fit_inputs(self, X, y) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """Validated ``X`` (dense, or CSR with sorted indices) and ``y``, the sorted classes
+        and each row's class index; fewer than two classes is a ``ValueError``."""
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64,
+                             ensure_all_finite=True, y_numeric=False)
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+            X.sort_indices()
+        classes, y_idx = np.unique(y, return_inverse=True)
+        if len(classes) != 2:
+            # Two distinct labels are always a binary problem (even non-integer floats such
+            # as -1.5 / 2.5); more non-integer values look like a regression target.
+            check_classification_targets(y)
+        if len(classes) < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least two classes in y; only one class "
+                f"({classes[0]!r}) is present"
+            )
+        return X, y, classes, y_idx
+
+    def _validation_rows(self, X_val, y_val, classes: np.ndarray
+                         ) -> tuple[Any, np.ndarray | None]:
+        """The validation rows in model space whose label is a training class, and their
+        class indices; ``(None, None)`` without validation data."""
+        if X_val is None or y_val is None:
+            return None, None
+        Xv = self._check_X(X_val, reset=False)
+        Z_val = self._model_space(Xv)
+        y_val = np.asarray(y_val)
+        yv_idx = np.searchsorted(classes, y_val)
+        yv_idx = np.where(yv_idx < len(classes), yv_idx, 0)
+        known = classes[yv_idx] == y_val
+        Z_val = Z_val[known] if known.any() else None
+        return Z_val, yv_idx[known]
+
+    def _solve_problems(self, Z, y_idx: np.ndarray, classes: np.ndarray, kernel, seed: int,
+                        Z_val, yv_idx: np.ndarray | None, progress: ProgressFn | None,
+                        should_stop: StopFn | None
+                        ) -> tuple[list[dict], list[int], list[tuple[str, np.ndarray]]]:
+        """The binary problem, or one one-vs-rest problem per class in turn: the history
+        (records tagged with the problem when several), iterations and solutions; a stop
+        raises ``FitCancelled`` with the history so far."""
+        n_problems = 1 if len(classes) == 2 else len(classes)
         params = self._params()
         history: list[dict] = []
         n_iter: list[int] = []
         solutions: list[tuple[str, np.ndarray]] = []
-        algorithm = self._algorithm_for_kernel()
         for k in range(n_problems):
             pos = 1 if n_problems == 1 else k
             y_pm = np.where(y_idx == pos, 1.0, -1.0)
@@ -316,41 +348,29 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             n_iter.append(iterations(hist))
             if sub_progress is not None and not hist:
                 sub_progress(1.0, "solved", {"seconds": time.perf_counter() - t_k})
+        return history, n_iter, solutions
 
-        # Assemble the compact fitted state.
-        theta = float(theta)
+    def _fitted_state(self, solutions: list[tuple[str, np.ndarray]], Z, Xs,
+                      y_idx: np.ndarray, theta: float, kernel, seed: int) -> dict[str, Any]:
+        """The compact fitted state: ``w`` and the rows outside some band (linear), or the
+        support vectors (within ``max_support_vectors``) and their dual coefficients."""
+        n_problems = len(solutions)
+        y_mat = _y_matrix(y_idx, n_problems)
         if solutions[0][0] == "w":
             W = np.vstack([s for _, s in solutions])
-            margins = np.asarray(Z @ W.T)
-            y_mat = _y_matrix(y_idx, n_problems)
-            ym = y_mat * margins
+            ym = y_mat * np.asarray(Z @ W.T)
             outside = (ym < 1 - theta) | (ym > 1 + theta)
-            state = dict(w=W, n_support=outside.sum(axis=0).astype(np.int64),
-                         support=np.flatnonzero(outside.any(axis=1)).astype(np.int64))
-        else:
-            A = [s for _, s in solutions]
-            y_mat = _y_matrix(y_idx, n_problems)
-            sv_mask = np.column_stack([(a[:, 0] + a[:, 1]) > 0 for a in A])
-            support = np.flatnonzero(sv_mask.any(axis=1)).astype(np.int64)
-            coef = np.vstack([y_mat[support, k] * (A[k][support, 0] - A[k][support, 1])
-                              for k in range(n_problems)])
-            keep, coef = _support_budget(self, Z[support], coef, kernel, seed)
-            support = support[keep]
-            svs = Xs[support]
-            state = dict(support_vectors=svs, dual_coef=coef, support=support,
-                         n_support=sv_mask.sum(axis=0).astype(np.int64))
-        info = fit_info(algorithm=algorithm, n_train=X.shape[0], n_features=X.shape[1],
-                        sparse_input=sp.issparse(X), n_problems=n_problems, seed=seed,
-                        n_iter=n_iter, seconds=time.perf_counter() - t0,
-                        params={"lam": float(lam), "gamma": float(gamma),
-                                "theta": float(theta)})
-        if search_info is not None:
-            info["auto"] = _with_final_fit(search_info, final_clock.elapsed())
-        _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
-                   gamma=gamma, history=history, fit_info=info, **state)
-        if getattr(self, "probability", False):
-            self._calibrate(X, y, seed, should_stop)
-        return self
+            return dict(w=W, n_support=outside.sum(axis=0).astype(np.int64),
+                        support=np.flatnonzero(outside.any(axis=1)).astype(np.int64))
+        A = [s for _, s in solutions]
+        sv_mask = np.column_stack([(a[:, 0] + a[:, 1]) > 0 for a in A])
+        support = np.flatnonzero(sv_mask.any(axis=1)).astype(np.int64)
+        coef = np.vstack([y_mat[support, k] * (A[k][support, 0] - A[k][support, 1])
+                          for k in range(n_problems)])
+        keep, coef = _support_budget(self, Z[support], coef, kernel, seed)
+        support = support[keep]
+        return dict(support_vectors=Xs[support], dual_coef=coef, support=support,
+                    n_support=sv_mask.sum(axis=0).astype(np.int64))
 
     def _calibrate(self, X, y, seed: int, should_stop: StopFn | None) -> None:
         """Platt scaling on out-of-fold decision values (``solver.calibration``)."""
