@@ -18,6 +18,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,53 +67,48 @@ def linear_kkt_violation(X, y, params: ODMParams, alpha, m_scale: float | None =
     return float(v.max()) if m else 0.0
 
 
-def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | None = None,
-                      tol: float = 1e-3, max_iter: int = 1000, random_state=None,
-                      shrinking: bool = True, should_stop: Callable[[], bool] | None = None,
-                      newton: bool = True) -> LinearDualResult:
-    """Solve the linear-kernel ODM dual exactly; ``max_iter`` counts epochs.
-
-    ``newton`` tries the primal Newton solve first when ``X`` has at most
-    ``_NEWTON_MAX_FEATURES`` columns (module docstring); the optimum is the same.
-
-    ``should_stop()`` is polled after every epoch; a stop returns the current iterate with
-    ``stopped=True``.  ``max_iter`` epochs without convergence warn with ``ConvergenceWarning``.
-    """
+def _checked(X, y, params: ODMParams, alpha0, m_scale: float | None, tol: float,
+             max_iter: int) -> tuple[Any, np.ndarray, np.ndarray, float]:
+    """Validated ``X``, ``y``, starting ``alpha`` and ``m_scale`` (``m`` by default)."""
     params.validate()
     if not tol > 0:
         raise ValueError(f"tol must be > 0, got {tol!r}")
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
     X = check_X(X)
-    m, n = X.shape
+    m = X.shape[0]
     y = check_y(y, m)
     alpha = check_alpha0(alpha0, m)
     m_scale = float(m if m_scale is None else m_scale)
     if not m_scale > 0:
         raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    rng = as_generator(random_state)
-    dz, db = params.diag_terms(m_scale)
-    theta = float(params.theta)
-    w = np.ascontiguousarray(np.asarray(X.T @ (y * (alpha[:, 0] - alpha[:, 1]))).ravel(),
-                             dtype=np.float64)
-    if m == 0:
-        return LinearDualResult(alpha, w, 0, 0.0, 0.0, True, False)
-    newton_steps = 0
-    if newton and n <= _NEWTON_MAX_FEATURES:
-        w_n, newton_steps = primal_newton(X, y, dz, db, theta, w)
-        cand = alpha_from_margins(_margins(X, y, w_n), dz, db, theta)
-        w_c = np.ascontiguousarray(np.asarray(X.T @ (y * (cand[:, 0] - cand[:, 1]))).ravel())
-        u_c = _margins(X, y, w_c)
-        kkt = float(nk.violations_from_margins(u_c, cand, dz, db, theta, np.empty(m)).max())
-        if kkt <= tol:
-            return LinearDualResult(cand, w_c, 0, kkt, dual_objective(u_c, cand, params, m_scale),
-                                    True, False, newton_steps)
-        alpha, w = cand, w_c
-    sqn = row_sq_norms(X)
-    sparse = sp.issparse(X)
-    if not sparse:
-        X = np.ascontiguousarray(X)
+    return X, y, alpha, m_scale
 
+
+def _newton_start(X, y, params: ODMParams, w, dz: float, db: float, tol: float,
+                  m_scale: float) -> tuple[LinearDualResult | None, np.ndarray, np.ndarray, int]:
+    """The primal Newton solve's dual point: the result when it meets ``tol``, else
+    ``(None, alpha, w, newton_steps)`` for coordinate descent to start from."""
+    theta = float(params.theta)
+    w_n, newton_steps = primal_newton(X, y, dz, db, theta, w)
+    cand = alpha_from_margins(_margins(X, y, w_n), dz, db, theta)
+    w_c = np.ascontiguousarray(np.asarray(X.T @ (y * (cand[:, 0] - cand[:, 1]))).ravel())
+    u_c = _margins(X, y, w_c)
+    kkt = float(nk.violations_from_margins(u_c, cand, dz, db, theta, np.empty(X.shape[0])).max())
+    if kkt <= tol:
+        return (LinearDualResult(cand, w_c, 0, kkt, dual_objective(u_c, cand, params, m_scale),
+                                 True, False, newton_steps), cand, w_c, newton_steps)
+    return None, cand, w_c, newton_steps
+
+
+def _epochs(X, y, sqn, alpha, w, dz: float, db: float, theta: float, tol: float,
+            max_iter: int, rng: np.random.Generator, shrinking: bool,
+            should_stop: Callable[[], bool] | None) -> tuple[int, float, bool, bool]:
+    """Coordinate-descent epochs with shrinking (``sqn``: the rows' squared norms), updating
+    ``alpha`` and ``w`` in place; ``(n_iter, kkt, converged, stopped)`` (``kkt`` is ``inf``
+    unless measured)."""
+    m = X.shape[0]
+    sparse = sp.issparse(X)
     active = np.ones(m, dtype=np.bool_)
     viol = np.empty(m)
     shrink_thr = np.inf
@@ -143,7 +139,42 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
         if should_stop is not None and should_stop():
             stopped = True
             break
+    return n_iter, kkt, converged, stopped
+
+
+def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | None = None,
+                      tol: float = 1e-3, max_iter: int = 1000, random_state=None,
+                      shrinking: bool = True, should_stop: Callable[[], bool] | None = None,
+                      newton: bool = True) -> LinearDualResult:
+    """Solve the linear-kernel ODM dual exactly; ``max_iter`` counts epochs.
+
+    ``newton`` tries the primal Newton solve first when ``X`` has at most
+    ``_NEWTON_MAX_FEATURES`` columns (module docstring); the optimum is the same.
+
+    ``should_stop()`` is polled after every epoch; a stop returns the current iterate with
+    ``stopped=True``.  ``max_iter`` epochs without convergence warn with ``ConvergenceWarning``.
+    """
+    X, y, alpha, m_scale = _checked(X, y, params, alpha0, m_scale, tol, max_iter)
+    m, n = X.shape
+    rng = as_generator(random_state)
+    dz, db = params.diag_terms(m_scale)
+    theta = float(params.theta)
+    w = np.ascontiguousarray(np.asarray(X.T @ (y * (alpha[:, 0] - alpha[:, 1]))).ravel(),
+                             dtype=np.float64)
+    if m == 0:
+        return LinearDualResult(alpha, w, 0, 0.0, 0.0, True, False)
+    newton_steps = 0
+    if newton and n <= _NEWTON_MAX_FEATURES:
+        done, alpha, w, newton_steps = _newton_start(X, y, params, w, dz, db, tol, m_scale)
+        if done is not None:
+            return done
+    sqn = row_sq_norms(X)
+    if not sp.issparse(X):
+        X = np.ascontiguousarray(X)
+    n_iter, kkt, converged, stopped = _epochs(X, y, sqn, alpha, w, dz, db, theta, tol,
+                                              max_iter, rng, shrinking, should_stop)
     if not converged:
+        viol = np.empty(m)
         nk.violations_from_margins(_margins(X, y, w), alpha, dz, db, theta, viol)
         kkt = float(viol.max())
         converged = kkt <= tol
