@@ -27,6 +27,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -113,21 +114,10 @@ def _check_arguments(tol: float, max_iter: int, cache_size: float) -> None:
         raise ValueError(f"cache_size must be > 0 (MB), got {cache_size!r}")
 
 
-def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
-                      m_scale: float | None = None, tol: float = 1e-3, max_iter: int = 1000,
-                      cache_size: float = 512, shrinking: bool = True, random_state=None,
-                      should_stop: Callable[[], bool] | None = None,
-                      kernel_dtype=None, newton: bool = True) -> DualResult:
-    """Solve the kernel ODM dual exactly by dual coordinate descent (see module docstring).
-
-    ``m_scale`` is the M of the ``(M c / 2)`` term (default ``len(y)``); ``cache_size`` is the
-    kernel memory budget in MB; ``max_iter`` counts epochs; ``should_stop()`` is polled after
-    every epoch and every ~0.25 s inside long epochs, and a stop returns the current iterate
-    with ``stopped=True``.  ``kernel_dtype`` forces the kernel storage type (default: float64
-    when the full matrix fits the budget in float64, float32 otherwise).  ``newton`` enables
-    the active-set Newton attempts (:mod:`solver.newton_kernel`); they only accelerate, the
-    optimum is the same.
-    """
+def _checked(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scale: float | None,
+             tol: float, max_iter: int, cache_size: float
+             ) -> tuple[Any, np.ndarray, np.ndarray, float]:
+    """Validated ``X``, ``y``, starting ``alpha`` and ``m_scale`` (``m`` by default)."""
     params.validate()
     kernel.validate()
     _check_arguments(tol, max_iter, cache_size)
@@ -138,18 +128,15 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     m_scale = float(m if m_scale is None else m_scale)
     if not m_scale > 0:
         raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    rng = as_generator(random_state)
-    dz, db = params.diag_terms(m_scale)
-    theta = float(params.theta)
-    if m == 0:
-        return DualResult(alpha, 0, 0.0, 0.0, True, False)
+    return X, y, alpha, m_scale
 
-    store = ColumnStore(X, kernel, float(cache_size) * _MB, kernel_dtype)
-    kdiag = kernel_diag(kernel, X)
-    f = store.margins(y * (alpha[:, 0] - alpha[:, 1]))
-    schedule = newton_kernel.NewtonSchedule.for_store(
-        store, cache_size, kdiag, y, dz, db, theta) if newton else None
-    poll = _StopPoll(should_stop)
+
+def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll: _StopPoll,
+            schedule: newton_kernel.NewtonSchedule | None, tol: float, max_iter: int,
+            shrinking: bool) -> tuple[int, float, bool, bool]:
+    """Coordinate-descent epochs with shrinking and the scheduled Newton attempts, updating
+    ``alpha`` and ``f`` in place; ``(n_iter, kkt, converged, stopped)``."""
+    m = store.m
     active = np.ones(m, dtype=np.bool_)
     viol = np.empty(m)
     shrink_thr = np.inf
@@ -187,9 +174,43 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
         if poll.now():
             stopped = True
             break
+    return n_iter, kkt, converged, stopped
+
+
+def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
+                      m_scale: float | None = None, tol: float = 1e-3, max_iter: int = 1000,
+                      cache_size: float = 512, shrinking: bool = True, random_state=None,
+                      should_stop: Callable[[], bool] | None = None,
+                      kernel_dtype=None, newton: bool = True) -> DualResult:
+    """Solve the kernel ODM dual exactly by dual coordinate descent (see module docstring).
+
+    ``m_scale`` is the M of the ``(M c / 2)`` term (default ``len(y)``); ``cache_size`` is the
+    kernel memory budget in MB; ``max_iter`` counts epochs; ``should_stop()`` is polled after
+    every epoch and every ~0.25 s inside long epochs, and a stop returns the current iterate
+    with ``stopped=True``.  ``kernel_dtype`` forces the kernel storage type (default: float64
+    when the full matrix fits the budget in float64, float32 otherwise).  ``newton`` enables
+    the active-set Newton attempts (:mod:`solver.newton_kernel`); they only accelerate, the
+    optimum is the same.
+    """
+    X, y, alpha, m_scale = _checked(X, y, kernel, params, alpha0, m_scale, tol, max_iter,
+                                    cache_size)
+    m = X.shape[0]
+    rng = as_generator(random_state)
+    dz, db = params.diag_terms(m_scale)
+    theta = float(params.theta)
+    if m == 0:
+        return DualResult(alpha, 0, 0.0, 0.0, True, False)
+
+    store = ColumnStore(X, kernel, float(cache_size) * _MB, kernel_dtype)
+    kdiag = kernel_diag(kernel, X)
+    f = store.margins(y * (alpha[:, 0] - alpha[:, 1]))
+    schedule = newton_kernel.NewtonSchedule.for_store(
+        store, cache_size, kdiag, y, dz, db, theta) if newton else None
+    n_iter, kkt, converged, stopped = _epochs(
+        store, kdiag, y, alpha, f, dz, db, theta, rng=rng, poll=_StopPoll(should_stop),
+        schedule=schedule, tol=tol, max_iter=max_iter, shrinking=shrinking)
     if stopped or not np.isfinite(kkt):
-        nk.pair_violations(f, y, alpha, dz, db, theta, viol)
-        kkt = float(viol.max())
+        kkt = float(nk.pair_violations(f, y, alpha, dz, db, theta, np.empty(m)).max())
         converged = kkt <= tol
     if not converged and not stopped:
         warnings.warn(
