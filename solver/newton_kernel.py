@@ -393,6 +393,83 @@ def epochs_left(kkts: list[float], tol: float) -> float:
     return float(np.log(tol / b) / np.log(rate)) if b > tol else 0.0
 
 
+@dataclass
+class _Dual:
+    """The fixed data of one active-set attempt: the kernel columns, the labels, the pair
+    constants and a mat-vec buffer."""
+
+    store: ColumnStore
+    kdiag: np.ndarray
+    y: np.ndarray
+    dz: float
+    db: float
+    theta: float
+    buf: np.ndarray
+
+    def feasible_point(self, fcur, ysn, zs, bs, cand, tol, viol) -> bool:
+        """Whether the iterate (``ysn = y nu``, exact ``fcur``) is feasible for its states
+        and meets ``tol``; ``cand`` then holds it as ``(zeta, beta)`` pairs."""
+        if np.any(zs & (ysn < 0)) or np.any(bs & (ysn > 0)):
+            return False
+        cand[:, 0] = np.where(zs, ysn, 0.0)
+        cand[:, 1] = np.where(bs, -ysn, 0.0)
+        return nk.pair_violations(fcur, self.y, cand, self.dz, self.db, self.theta,
+                                  viol).max() <= tol
+
+    def next_states(self, zs, bs, ysn, u) -> tuple[np.ndarray, np.ndarray]:
+        """States predicted from the solution: members keep their sign, non-members join Z
+        below the band (``u < 1 - theta``) and B above it."""
+        theta = self.theta
+        new_z = np.where(zs, ysn > 0, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
+        new_b = np.where(bs, ysn < 0, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
+        new_z &= ~new_b
+        return new_z, new_b
+
+    def solve_face(self, S, zside, nu, target, left, abort, direct_max, faces
+                   ) -> tuple[np.ndarray | None, int]:
+        """``nu_S`` on the face ``S`` and its cost in mat-vecs, or ``(None, 0)`` when the
+        attempt must end (budget spent, factor failed, face too large)."""
+        store = self.store
+        D = np.where(zside, self.dz, self.db)
+        t = self.y[S] * np.where(zside, 1.0 - self.theta, 1.0 + self.theta)
+        if left <= 1:
+            return None, 0
+        if S.size <= direct_max and faces is not None:
+            x = faces.solve(S, D, t, target)
+            if x is None:
+                return None, 0
+            return x, 1 + int(S.size * S.size // (6 * store.m))
+        if store.full and direct_max == 0:
+            rows = store.slot[S]
+            buf = self.buf
+
+            def matvec(v, rows=rows, S=S):
+                return nk.rows_combination(store.cache, rows, v, buf)[S]
+
+            x, k = pcg(matvec, D, 1.0 / (self.kdiag[S] + D), t, nu[S].copy(), target,
+                       left - 1, abort)
+            return x, k + 1
+        # face too large for a direct solve (CG attempts are the caller's other rule)
+        return None, 0
+
+    def project_if_lower(self, nu, zs, bs, alpha, f, cand) -> bool:
+        """Replace ``alpha``/``f`` by the iterate projected onto the feasible set when its
+        dual objective is lower; whether it did."""
+        y, dz, db, theta = self.y, self.dz, self.db, self.theta
+        ysn = y * nu
+        cand[:, 0] = np.where(zs, np.maximum(ysn, 0.0), 0.0)
+        cand[:, 1] = np.where(bs, np.maximum(-ysn, 0.0), 0.0)
+        nu_c = y * (cand[:, 0] - cand[:, 1])
+        nz = np.flatnonzero(nu_c)
+        f_c = self.store.combine(nz, nu_c[nz], np.empty(self.store.m))
+        if pair_objective(f_c, y, cand, dz, db, theta) < pair_objective(f, y, alpha, dz, db,
+                                                                         theta):
+            alpha[:] = cand
+            f[:] = f_c
+            return True
+        return False
+
+
 def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol,
                       budget: int, abort: Callable[[], bool] | None = None,
                       direct_max: int = 0, faces: FaceSystems | None = None
@@ -411,31 +488,22 @@ def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol
     its dual objective is lower (``moved``), so the mat-vecs spent still shorten the
     coordinate descent that follows.
     """
-    m = store.m
+    dual = _Dual(store, kdiag, y, dz, db, theta, np.empty(store.m))
     zs = alpha[:, 0] > 0
     bs = alpha[:, 1] > 0
     nu = y * (alpha[:, 0] - alpha[:, 1])
     fcur = f.copy()
     used = 0
-    buf = np.empty(m)
     tight = False
-    loose = LOOSE_TOL * tol
-    viol = np.empty(m)
+    viol = np.empty(store.m)
     cand = np.empty_like(alpha)
     for _ in range(MAX_STATE_UPDATES):
-        u = y * fcur
         ysn = y * nu  # = zeta on Z, -beta on B
-        if used > 0 and not np.any(zs & (ysn < 0)) and not np.any(bs & (ysn > 0)):
-            # feasible iterate with exact f: accept it once it meets the tolerance
-            cand[:, 0] = np.where(zs, ysn, 0.0)
-            cand[:, 1] = np.where(bs, -ysn, 0.0)
-            if nk.pair_violations(fcur, y, cand, dz, db, theta, viol).max() <= tol:
-                alpha[:] = cand
-                f[:] = fcur
-                return True, True
-        new_z = np.where(zs, ysn > 0, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
-        new_b = np.where(bs, ysn < 0, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
-        new_z &= ~new_b
+        if used > 0 and dual.feasible_point(fcur, ysn, zs, bs, cand, tol, viol):
+            alpha[:] = cand  # feasible iterate with exact f meeting the tolerance
+            f[:] = fcur
+            return True, True
+        new_z, new_b = dual.next_states(zs, bs, ysn, y * fcur)
         n_changed = int(np.count_nonzero(new_z != zs) + np.count_nonzero(new_b != bs))
         if used > 0 and n_changed <= max(SETTLED_MIN, (zs | bs).sum() // SETTLED_DIV):
             tight = True  # few states left to settle: solve accurately from now on
@@ -446,30 +514,12 @@ def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol
             fcur[:] = 0.0
             used += 1
             continue
-        zside = zs[S]
-        D = np.where(zside, dz, db)
-        t = y[S] * np.where(zside, 1.0 - theta, 1.0 + theta)
-        target = TIGHT_TOL * tol if tight else loose
-
-        left = budget - used
-        if left <= 1:
+        target = TIGHT_TOL * tol if tight else LOOSE_TOL * tol
+        x, cost = dual.solve_face(S, zs[S], nu, target, budget - used, abort, direct_max,
+                                  faces)
+        if x is None:
             break
-        if S.size <= direct_max and faces is not None:
-            x = faces.solve(S, D, t, target)
-            if x is None:
-                break
-            used += 1 + int(S.size * S.size // (6 * m))
-        elif store.full and direct_max == 0:
-            rows = store.slot[S]
-
-            def matvec(v, rows=rows, S=S):
-                return nk.rows_combination(store.cache, rows, v, buf)[S]
-
-            x, k = pcg(matvec, D, 1.0 / (kdiag[S] + D), t, nu[S].copy(), target, left - 1,
-                       abort)
-            used += k + 1
-        else:
-            break  # face too large for a direct solve (CG attempts are the caller's other rule)
+        used += cost
         nu[:] = 0.0
         nu[S] = x
         store.combine(S, x, fcur)
@@ -477,17 +527,7 @@ def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol
             break
     if used == 0:
         return False, False
-    ysn = y * nu
-    cand[:, 0] = np.where(zs, np.maximum(ysn, 0.0), 0.0)
-    cand[:, 1] = np.where(bs, np.maximum(-ysn, 0.0), 0.0)
-    nu_c = y * (cand[:, 0] - cand[:, 1])
-    nz = np.flatnonzero(nu_c)
-    f_c = store.combine(nz, nu_c[nz], np.empty(m))
-    if pair_objective(f_c, y, cand, dz, db, theta) < pair_objective(f, y, alpha, dz, db, theta):
-        alpha[:] = cand
-        f[:] = f_c
-        return False, True
-    return False, False
+    return False, dual.project_if_lower(nu, zs, bs, alpha, f, cand)
 
 
 def predicted_face(f, y, alpha, theta) -> int:
