@@ -42,6 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -238,14 +239,28 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
     part = linear_partitions(X, K, S, seed, max_candidates=cand) \
         if K > 1 else np.zeros(M, dtype=np.int64)
     result.partitions = part
-    groups = partition_members(part, K)
-    have_val = X_val is not None and y_val is not None
-    if have_val:
-        y_val = np.asarray(y_val, dtype=np.float64).ravel()
+    val = None
+    if X_val is not None and y_val is not None:
+        val = (X_val, np.asarray(y_val, dtype=np.float64).ravel())
+    result.w = _epochs(result, X, y, w, partition_members(part, K), params, seed=seed,
+                       epochs=E, tol=tol, from_zero=w0 is None, val=val, progress=progress,
+                       should_stop=should_stop)
+    return result
+
+
+def _epochs(result: LinearResult, X, y, w: np.ndarray, groups: list[np.ndarray],
+            params: ODMParams, *, seed: int, epochs: int, tol: float, from_zero: bool,
+            val: tuple[Any, np.ndarray] | None, progress: ProgressFn | None,
+            should_stop: StopFn | None) -> np.ndarray:
+    """The outer loop from ``w``: per epoch an inner pass over the partitions in their
+    seeded orders and a full gradient, a history record and a progress call; fills
+    ``result`` (``stopped``, ``converged``, ``history``) and returns the last ``w``."""
+    M, d = X.shape
+    E, eta = epochs, result.step_size
     t_start = time.perf_counter()
     xw = np.asarray(X @ w, dtype=np.float64).ravel()
     h = full_gradient(X, y, w, params, xw)
-    g0 = max(float(np.linalg.norm(h if w0 is None else full_gradient(X, y, np.zeros(d),
+    g0 = max(float(np.linalg.norm(h if from_zero else full_gradient(X, y, np.zeros(d),
                                                                     params, np.zeros(M)))),
              1e-300)
     for e in range(1, E + 1):
@@ -262,8 +277,8 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
         rec = {"epoch": e, "objective": primal_objective_from_margins(w, y * xw, params),
                "grad_norm": gn, "seconds": time.perf_counter() - t0,
                "elapsed": time.perf_counter() - t_start}
-        if have_val:
-            rec["val_accuracy"] = validation_accuracy(w, X_val, y_val)
+        if val is not None:
+            rec["val_accuracy"] = validation_accuracy(w, *val)
         result.history.append(rec)
         result.w = w
         if progress is not None:
@@ -277,5 +292,4 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
         if gn <= tol * g0:
             result.converged = True
             break
-    result.w = w
-    return result
+    return w
