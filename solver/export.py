@@ -122,7 +122,33 @@ def to_onnx(est, *, input_dtype=np.float64, name: str | None = None):
     single protobuf (2 GiB).
     """
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import helper
+
+    in_type, d = _checked_input(est, input_dtype)
+    g = _Graph()
+    F = _decision(g, est, _scaled_input(g, est, in_type))
+    outputs = _label_outputs(g, est, F)
+    probabilities = _probability_output(g, est, F)
+    if probabilities is not None:
+        outputs.append(probabilities)
+    graph = helper.make_graph(
+        g.nodes, name or f"sodm-{type(est).__name__}",
+        [helper.make_tensor_value_info("X", in_type, ["N", d])], outputs, g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="sodm", ir_version=IR_VERSION,
+                              doc_string="ODM / SODM classifier (solver.export.to_onnx)")
+    meta = {"estimator": type(est).__name__, "kernel": est.kernel,
+            "classes": ",".join(str(c) for c in est.classes_),
+            "n_features_in": str(d)}
+    onnx.helper.set_model_props(model, meta)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _checked_input(est, input_dtype) -> tuple[int, int]:
+    """The ONNX element type of the input and its width; ``ValueError`` for an unfitted
+    model, another dtype, or a model too large for one protobuf."""
+    from onnx import TensorProto
 
     if not hasattr(est, "classes_"):
         raise ValueError("to_onnx needs a fitted estimator")
@@ -135,7 +161,13 @@ def to_onnx(est, *, input_dtype=np.float64, name: str | None = None):
     if 8 * (n_sv * d + est.n_support_.size * max(n_sv, d)) > _MAX_BYTES:
         raise ValueError(f"model too large for an ONNX file ({n_sv} support vectors x {d} "
                          "features, stored dense)")
-    g = _Graph()
+    return in_type, d
+
+
+def _scaled_input(g: _Graph, est, in_type: int) -> str:
+    """The input as float64, min-max scaled when the model has a scaler."""
+    from onnx import TensorProto
+
     X = "X"
     if in_type != TensorProto.DOUBLE:
         X = g.op("Cast", [X], "x64", to=TensorProto.DOUBLE)
@@ -143,7 +175,14 @@ def to_onnx(est, *, input_dtype=np.float64, name: str | None = None):
     if est._scaler is not None:
         Z = g.op("Sub", [Z, g.const(est._scaler.min_.astype(np.float64), "min")], "shifted")
         Z = g.op("Mul", [Z, g.const(est._scaler.scale_.astype(np.float64), "scale")], "scaled")
-    F = _decision(g, est, Z)
+    return Z
+
+
+def _label_outputs(g: _Graph, est, F: str) -> list[Any]:
+    """The ``label`` and ``decision_function`` outputs (the decision a vector for two
+    classes, else one column per class) and their value infos."""
+    from onnx import TensorProto, helper
+
     classes, label_type = _classes_tensor(est.classes_)
     cls = g.const(classes, "classes")
     n_classes = len(classes)
@@ -161,34 +200,32 @@ def to_onnx(est, *, input_dtype=np.float64, name: str | None = None):
                                                      ["N", n_classes]))
     g.op("Gather", [cls, idx], output="label", axis=0)
     outputs.insert(0, helper.make_tensor_value_info("label", label_type, ["N"]))
+    return outputs
+
+
+def _probability_output(g: _Graph, est, F: str) -> Any:
+    """The ``probabilities`` output (Platt scaling; normalised over one-vs-rest classes)
+    and its value info, or ``None`` for a model without calibration."""
+    from onnx import TensorProto, helper
+
     platt = getattr(est, "platt_", None)
-    if platt is not None:
-        A = np.asarray(platt[:, 0], dtype=np.float64)
-        B = np.asarray(platt[:, 1], dtype=np.float64)
-        # p_k = 1 / (1 + exp(A_k f_k + B_k)) = sigmoid(-(A_k f_k + B_k))
-        P = g.op("Sigmoid", [g.op("Add", [g.op("Mul", [F, g.const(-A, "platt_a")]),
-                                          g.const(-B, "platt_b")])], "p")
-        if n_classes == 2:
-            P = g.op("Concat", [g.op("Sub", [g.const(np.array(1.0)), P]), P], "p2", axis=1)
-            g.op("Identity", [P], output="probabilities")
-        else:
-            s = g.op("ReduceSum", [P, g.const(np.array([1], np.int64))], "psum", keepdims=1)
-            g.op("Div", [P, g.op("Max", [s, g.const(np.array(1e-300))])],
-                 output="probabilities")
-        outputs.append(helper.make_tensor_value_info("probabilities", TensorProto.DOUBLE,
-                                                     ["N", n_classes]))
-    graph = helper.make_graph(
-        g.nodes, name or f"sodm-{type(est).__name__}",
-        [helper.make_tensor_value_info("X", in_type, ["N", d])], outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="sodm", ir_version=IR_VERSION,
-                              doc_string="ODM / SODM classifier (solver.export.to_onnx)")
-    meta = {"estimator": type(est).__name__, "kernel": est.kernel,
-            "classes": ",".join(str(c) for c in est.classes_),
-            "n_features_in": str(d)}
-    onnx.helper.set_model_props(model, meta)
-    onnx.checker.check_model(model)
-    return model
+    if platt is None:
+        return None
+    n_classes = len(est.classes_)
+    A = np.asarray(platt[:, 0], dtype=np.float64)
+    B = np.asarray(platt[:, 1], dtype=np.float64)
+    # p_k = 1 / (1 + exp(A_k f_k + B_k)) = sigmoid(-(A_k f_k + B_k))
+    P = g.op("Sigmoid", [g.op("Add", [g.op("Mul", [F, g.const(-A, "platt_a")]),
+                                      g.const(-B, "platt_b")])], "p")
+    if n_classes == 2:
+        P = g.op("Concat", [g.op("Sub", [g.const(np.array(1.0)), P]), P], "p2", axis=1)
+        g.op("Identity", [P], output="probabilities")
+    else:
+        s = g.op("ReduceSum", [P, g.const(np.array([1], np.int64))], "psum", keepdims=1)
+        g.op("Div", [P, g.op("Max", [s, g.const(np.array(1e-300))])],
+             output="probabilities")
+    return helper.make_tensor_value_info("probabilities", TensorProto.DOUBLE,
+                                         ["N", n_classes])
 
 
 def to_onnx_bytes(est, **kwargs: Any) -> bytes:
