@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -436,71 +437,106 @@ def _run(c: ClaimedJob, hb: Heartbeat) -> str:
         return _run_in(c, hb, spark_scope)
 
 
+@dataclass
+class _TrainData:
+    """The rows one training job fits and evaluates on: local matrices, or (Spark) the
+    training row ids with the open Spark job that reads them by path."""
+
+    X_train: Any
+    y_train: np.ndarray
+    X_test: Any
+    y_test: np.ndarray
+    train_rows: np.ndarray | None = None
+    spark_job: Any = None
+
+
 def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> str:
+    """Load, (search), train, evaluate and save one job; the committed job state."""
     seed = c.seed
     params = dict(c.params)
     est = build_estimator(c.algorithm, params, seed)
-
     hb.report(0.01, "loading data")
+    data = _training_data(c, hb, spark_scope)
+    _check(hb)
+    search_result = _search(c, hb, est, params, data)
+    lo = 0.05 if search_result is None else 0.5
+    hb.report(lo, "training")
+    est, train_seconds = _train(hb, est, params, seed, data, lo, spark_scope)
+    _check(hb)
+    hb.report(0.92, "evaluating")
+    metrics, margin = evaluate(est, data.X_test, data.y_test)
+    metrics["held_out"] = True
+    if search_result is not None:
+        metrics["search"] = jsonable(search_result)
+    _check(hb)
+    hb.report(0.96, "saving model")
+    return _save(c, hb, est, params, metrics, margin, train_seconds)
+
+
+def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack
+                   ) -> _TrainData:
+    """The job's training and test rows: the test dataset or a seeded split; on Spark the
+    training rows stay on disk and a Spark job is opened in ``spark_scope``."""
     _require_datasets(c)
-    spark_job: Any = None
     if c.backend == "spark":
         # Spark reads the training rows by path; this process loads labels and test rows
-        X_train = None
         train_rows, y_train, X_test, y_test = _spark_rows(c)
         _check(hb)
         spark_job = spark_scope.enter_context(_spark_job(c, hb))
-    elif c.test_dataset_id:
-        X, y = _load(c.dataset_id)
+        return _TrainData(None, y_train, X_test, y_test, train_rows, spark_job)
+    X, y = _load(c.dataset_id)
+    if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        X_test = _fit_width(X_test, X.shape[1])
-        X_train, y_train = X, y
+        return _TrainData(X, y, _fit_width(X_test, X.shape[1]), y_test)
+    train_idx, test_idx = split(X, y, c.test_fraction, c.seed)
+    return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx])
+
+
+def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
+            data: _TrainData) -> dict[str, Any] | None:
+    """The job's grid search, if it asked for one: its best parameters are set on ``est``
+    and ``params``; ``None`` without a search."""
+    if c.search is None:
+        return None
+    from worker.search import grid_search, local_fit_score, spark_fit_score
+
+    hb.report(0.05, "grid search")
+    if data.spark_job is not None:
+        fit_score = spark_fit_score(data.spark_job, params, c.seed, data.train_rows,
+                                    data.y_train)
     else:
-        X, y = _load(c.dataset_id)
-        train_idx, test_idx = split(X, y, c.test_fraction, seed)
-        X_train, y_train, X_test, y_test = X[train_idx], y[train_idx], X[test_idx], y[test_idx]
-    _check(hb)
+        fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop)
+    search_result = grid_search(
+        data.y_train, c.search.grid, c.search.folds, c.seed, fit_score,
+        progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
+    est.set_params(**search_result["best_params"])
+    params.update(search_result["best_params"])
+    return search_result
 
-    search_result = None
-    lo = 0.05
-    if c.search is not None:
-        from worker.search import grid_search, local_fit_score, spark_fit_score
 
-        hb.report(lo, "grid search")
-        if spark_job is not None:
-            fit_score = spark_fit_score(spark_job, params, seed, train_rows, y_train)
-        else:
-            fit_score = local_fit_score(est, X_train, y_train, hb.should_stop)
-        search_result = grid_search(
-            y_train, c.search.grid, c.search.folds, seed, fit_score,
-            progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
-        est.set_params(**search_result["best_params"])
-        params.update(search_result["best_params"])
-        lo = 0.5
-    hb.report(lo, "training")
+def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _TrainData,
+           lo: float, spark_scope: contextlib.ExitStack) -> tuple[Any, float]:
+    """Fit locally or on Spark (the Spark session ends with it), reporting progress in
+    ``[lo, 0.9]``; the fitted estimator and the seconds it took."""
 
     def progress(fraction: float, message: str, record: dict | None = None) -> None:
         hb.report(lo + (0.9 - lo) * float(fraction), message,
                   jsonable(record) if record else None)
 
     t0 = time.perf_counter()
-    if spark_job is not None:
-        est = spark_job.fit({k: v for k, v in params.items() if k != "random_state"}, seed,
-                            rows=train_rows, progress=progress)
+    if data.spark_job is not None:
+        est = data.spark_job.fit({k: v for k, v in params.items() if k != "random_state"},
+                                 seed, rows=data.train_rows, progress=progress)
         spark_scope.close()  # the Spark session ends with the training
     else:
-        est.fit(X_train, y_train, progress=progress, should_stop=hb.should_stop)
-    train_seconds = time.perf_counter() - t0
-    _check(hb)
+        est.fit(data.X_train, data.y_train, progress=progress, should_stop=hb.should_stop)
+    return est, time.perf_counter() - t0
 
-    hb.report(0.92, "evaluating")
-    metrics, margin = evaluate(est, X_test, y_test)
-    metrics["held_out"] = True
-    if search_result is not None:
-        metrics["search"] = jsonable(search_result)
-    _check(hb)
 
-    hb.report(0.96, "saving model")
+def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
+          metrics: dict[str, Any], margin: Any, train_seconds: float) -> str:
+    """Write the model file, commit its row with the job's success and tell the API
+    processes; a job cancelled meanwhile leaves no file behind."""
     model_id = model_id_for(c.job_id)
     rel, digest, size = _write_model_file(est, model_id)
     history = thin(jsonable(getattr(est, "history_", None) or hb.history()))
