@@ -104,40 +104,31 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
     return w + total / M, loss
 
 
-def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
-                      n_partitions: int | None, n_strata: int | None, epochs: int | None,
-                      step_size: float | None, seed: int, tol: float = 1e-3,
-                      landmark_candidates: int | None = None,
-                      candidates: pd.DataFrame | None = None,
-                      progress: Callable[[float, str, dict], None] | None = None,
-                      should_stop: Callable[[], bool] | None = None) -> LinearRun:
-    """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
-    from solver.dsvrg import DEFAULT_EPOCHS, default_partitions, inner_csr, inner_dense
-    from solver.formulation import lipschitz_constant, objective_from_loss
+def _partitions(base: Any, info: DataInfo, M: int, K: int, S: int, seed: int,
+                landmark_candidates: int | None, candidates: pd.DataFrame | None
+                ) -> tuple[Any, Any]:
+    """Rows tagged with their partition ``part`` (landmarks, strata and the dealing rule
+    when ``K > 1``; all in partition 0 otherwise) and the strata frame to release, if any."""
     from solver.kernels import Kernel
-    from solver.sodm import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA
+    from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
-    M = int(n_rows)
-    K = default_partitions(M) if n_partitions is None else int(n_partitions)
-    S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
-    E = DEFAULT_EPOCHS if epochs is None else int(epochs)
-    K = min(K, M)
-    sparse = info.layout == "sparse"
-    if K > 1:
-        linear = Kernel("linear")
-        cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
-            else int(landmark_candidates)
-        _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M, seed, cand,
-                                       candidates)
-        parts, strata = assign_partitions_spark(base, info, linear, Zl, K, seed)
-        parts = parts.drop("stratum")
-    else:
-        parts, strata = base.withColumn("part", F.lit(0).cast("long")), None
-    packed, d = _pack(parts, info)
-    if strata is not None:
-        strata.unpersist()
+    if K <= 1:
+        return base.withColumn("part", F.lit(0).cast("long")), None
+    linear = Kernel("linear")
+    cand = DEFAULT_LANDMARK_CANDIDATES if landmark_candidates is None \
+        else int(landmark_candidates)
+    _, Zl = select_landmarks_spark(base, info, linear, min(S, M), M, seed, cand, candidates)
+    parts, strata = assign_partitions_spark(base, info, linear, Zl, K, seed)
+    return parts.drop("stratum"), strata
+
+
+def _step_size(packed: Any, params: Any, d: int, sparse: bool, step_size: float | None
+               ) -> float:
+    """``step_size``, or ``0.5 / L_max`` from the row with the largest norm (one job);
+    outside ``(0, 1)`` is a ``ValueError``."""
+    from solver.formulation import lipschitz_constant
 
     if step_size is None:
         def max_row(batches):
@@ -159,54 +150,120 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
         eta = float(step_size)
     if not 0 < eta < 1:
         raise ValueError(f"step_size must be in (0, 1), got {step_size!r}")
+    return eta
+
+
+@dataclass
+class _Inner:
+    """What every inner-phase job needs besides the iterate: the packed partitions, the
+    layout, the seed and the step's constants."""
+
+    packed: Any
+    params: Any
+    d: int
+    sparse: bool
+    seed: int
+    eta: float
+
+    def job(self, e: int, j: int, u: np.ndarray, w_tilde: np.ndarray, v: np.ndarray,
+            s: float) -> tuple[np.ndarray, float]:
+        """Partition ``j``'s pass of epoch ``e`` (one Spark job): the new ``(v, s)``."""
+        from solver.dsvrg import inner_csr, inner_dense
+
+        F, _ = sql(self.packed)
+        d, sparse, seed, params, eta = self.d, self.sparse, self.seed, self.params, self.eta
+        slam = params.lam / (1.0 - params.theta) ** 2
+        th, ups = float(params.theta), float(params.upsilon)
+
+        def inner(batches, v=v, s=s, e=e, j=j, u=u, w_tilde=w_tilde):
+            from solver.dsvrg import instance_coefficients
+
+            for pdf in batches:
+                for _, row in pdf.iterrows():
+                    X, y = _unpack(row, d, sparse)
+                    order = np.random.default_rng(
+                        np.random.SeedSequence([seed, e, j])).permutation(y.size)
+                    xu = np.asarray(X @ u, dtype=np.float64).ravel()
+                    cw = instance_coefficients(y * np.asarray(X @ w_tilde).ravel(), y, params)
+                    vv = v.copy()
+                    o = np.ascontiguousarray(order, dtype=np.int64)
+                    if sparse:
+                        s2 = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
+                                       s, eta, slam, th, ups)
+                    else:
+                        s2 = inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
+                                         eta, slam, th, ups)
+                    yield pd.DataFrame({"v": [vv], "s": [float(s2)]})
+
+        out = self.packed.filter(F.col("part") == F.lit(j)) \
+            .mapInPandas(inner, "v array<double>, s double").collect()
+        if out:
+            return np.asarray(out[0]["v"], dtype=np.float64), float(out[0]["s"])
+        return v, s
+
+    def epoch(self, e: int, K: int, w: np.ndarray, h: np.ndarray,
+              should_stop: Callable[[], bool] | None) -> tuple[np.ndarray, bool]:
+        """The inner phase of epoch ``e``: partitions ``0..K-1`` in turn from ``w`` with the
+        full gradient ``h``; the new ``w`` and whether ``should_stop`` interrupted it."""
+        u = w - h
+        v = h.astype(np.float64, copy=True)
+        s = 1.0
+        stopped = False
+        for j in range(K):
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            v, s = self.job(e, j, u, w, v, s)
+        return u + s * v, stopped
+
+
+def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
+                      n_partitions: int | None, n_strata: int | None, epochs: int | None,
+                      step_size: float | None, seed: int, tol: float = 1e-3,
+                      landmark_candidates: int | None = None,
+                      candidates: pd.DataFrame | None = None,
+                      progress: Callable[[float, str, dict], None] | None = None,
+                      should_stop: Callable[[], bool] | None = None) -> LinearRun:
+    """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
+    from solver.dsvrg import DEFAULT_EPOCHS, default_partitions
+    from solver.sodm import DEFAULT_N_STRATA
+
+    M = int(n_rows)
+    K = default_partitions(M) if n_partitions is None else int(n_partitions)
+    S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
+    E = DEFAULT_EPOCHS if epochs is None else int(epochs)
+    K = min(K, M)
+    sparse = info.layout == "sparse"
+    parts, strata = _partitions(base, info, M, K, S, seed, landmark_candidates, candidates)
+    packed, d = _pack(parts, info)
+    if strata is not None:
+        strata.unpersist()
+    eta = _step_size(packed, params, d, sparse, step_size)
     run = LinearRun(w=np.zeros(d), step_size=eta)
+    run.w = _epochs(run, _Inner(packed, params, d, sparse, seed, eta), M, K, E, tol,
+                    progress, should_stop)
+    packed.unpersist()
+    return run
+
+
+def _epochs(run: LinearRun, inner: _Inner, M: int, K: int, E: int, tol: float,
+            progress: Callable[[float, str, dict], None] | None,
+            should_stop: Callable[[], bool] | None) -> np.ndarray:
+    """The outer loop from ``w = 0``: an inner phase and a full gradient per epoch, a
+    history record and a progress call each; fills ``run`` and returns the last ``w``."""
+    from solver.formulation import objective_from_loss
+
+    packed, params, d, sparse = inner.packed, inner.params, inner.d, inner.sparse
     w = np.zeros(d)
     t_start = time.perf_counter()
     h, _ = _gradient(packed, w, params, d, sparse, M)
     g0 = max(float(np.linalg.norm(h)), 1e-300)  # w0 = 0: h is grad(0)
-    slam = params.lam / (1.0 - params.theta) ** 2
-    th, ups = float(params.theta), float(params.upsilon)
     for e in range(1, E + 1):
         if should_stop is not None and should_stop():
             run.stopped = True
             break
         t0 = time.perf_counter()
-        w_tilde = w
-        u = w_tilde - h
-        v = h.astype(np.float64, copy=True)
-        s = 1.0
-        for j in range(K):
-            if should_stop is not None and should_stop():
-                run.stopped = True
-                break
-
-            def inner(batches, v=v, s=s, e=e, j=j, u=u, w_tilde=w_tilde):
-                from solver.dsvrg import instance_coefficients
-
-                for pdf in batches:
-                    for _, row in pdf.iterrows():
-                        X, y = _unpack(row, d, sparse)
-                        order = np.random.default_rng(
-                            np.random.SeedSequence([seed, e, j])).permutation(y.size)
-                        xu = np.asarray(X @ u, dtype=np.float64).ravel()
-                        cw = instance_coefficients(y * np.asarray(X @ w_tilde).ravel(), y,
-                                                   params)
-                        vv = v.copy()
-                        o = np.ascontiguousarray(order, dtype=np.int64)
-                        if sparse:
-                            s2 = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
-                                            s, eta, slam, th, ups)
-                        else:
-                            s2 = inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
-                                              eta, slam, th, ups)
-                        yield pd.DataFrame({"v": [vv], "s": [float(s2)]})
-
-            out = packed.filter(F.col("part") == F.lit(j)) \
-                .mapInPandas(inner, "v array<double>, s double").collect()
-            if out:
-                v = np.asarray(out[0]["v"], dtype=np.float64)
-                s = float(out[0]["s"])
-        w = u + s * v
+        w, run.stopped = inner.epoch(e, K, w, h, should_stop)
         if run.stopped:
             break
         h, loss = _gradient(packed, w, params, d, sparse, M)
@@ -220,10 +277,8 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
         if progress is not None:
             progress(e / E, f"epoch {e}/{E}: objective {obj:.6g}, |grad| {gn:.3g}", rec)
         if not np.isfinite(gn):
-            raise FloatingPointError(f"DSVRG diverged at epoch {e} (step size {eta:g})")
+            raise FloatingPointError(f"DSVRG diverged at epoch {e} (step size {inner.eta:g})")
         if gn <= tol * g0:
             run.converged = True
             break
-    run.w = w
-    packed.unpersist()
-    return run
+    return w
