@@ -86,24 +86,12 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     est.validate_params()
     seed_int = seed_for(seed)
     _set_runtime_confs(spark)
-    df, info = load_frame(spark, Path(dataset_dir))
-    if rows is not None:
-        if info.n_rows is not None and info.n_rows != rows.n_rows:
-            raise ValueError(f"the row subset is for {rows.n_rows} rows, the dataset has "
-                             f"{info.n_rows}")
-        df, info.n_rows = select_rows(df, rows), rows.size
+    df, info = _load_rows(spark, dataset_dir, rows)
     n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
         else int(est.landmark_candidates)
     # one pass: labels, rows, min / max, moments and the landmark candidates' raw rows
     summary = summarize(df, info, sample=(seed_int, n_cand))
-    classes = summary.classes
-    if len(classes) != 2:
-        from sklearn.utils.multiclass import check_classification_targets
-
-        check_classification_targets(classes)  # more non-integer floats: a regression target
-    if len(classes) < 2:
-        raise ValueError(f"SODMClassifier needs at least two classes in y; only one class "
-                         f"({classes[0]!r}) is present")
+    classes = _checked_classes(summary.classes)
     n = summary.n
     scaler = MinMaxScaler.fit(np.vstack([summary.lo, summary.hi])) if est.scale else None
     if scaler is not None:
@@ -112,12 +100,59 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     gamma = resolve_gamma(est.kernel, est.gamma, info.n_features,
                           lambda: summary.scaled_variance(info.scaler_min, info.scaler_scale))
     problem = _Problem(est, info, est._make_kernel(gamma), est._params(), n, n_cand)
-    n_problems = 1 if len(classes) == 2 else len(classes)
     # hash-partitioned by row id so the data passes (strata, the levels) use every core even
     # when the file is a single split; results do not depend on the partitioning.  Not
     # materialised: the strata pass caches it with its own columns, one job instead of two
     base = df.select("row_id", "label", *info.input_cols) \
         .repartition(_base_partitions(spark, n), "row_id")
+    history, n_iter, solutions = _solve_problems(problem, base, classes, seed_int,
+                                                 summary.candidates, progress, should_stop)
+    if est._uses_dsvrg():
+        state = _linear_state(base, info, np.vstack(solutions), float(est.theta), classes)
+    else:
+        state = _kernel_state(solutions, info)
+    info_ = fit_info(algorithm=est._algorithm_for_kernel(), n_train=n,
+                     n_features=info.n_features, sparse_input=info.layout == "sparse",
+                     n_problems=len(solutions), seed=seed_int, n_iter=n_iter,
+                     seconds=time.perf_counter() - t0, backend="spark")
+    return build_fitted(est, classes=classes, n_features_in=info.n_features,
+                        scaler_min=None if scaler is None else scaler.min_,
+                        scaler_scale=None if scaler is None else scaler.scale_,
+                        gamma=gamma, history=history, fit_info=info_, **state)
+
+
+def _load_rows(spark: Any, dataset_dir: Path, rows: RowSubset | None) -> tuple[Any, Any]:
+    """The stored dataset as a DataFrame and its description, restricted to ``rows``."""
+    df, info = load_frame(spark, Path(dataset_dir))
+    if rows is not None:
+        if info.n_rows is not None and info.n_rows != rows.n_rows:
+            raise ValueError(f"the row subset is for {rows.n_rows} rows, the dataset has "
+                             f"{info.n_rows}")
+        df, info.n_rows = select_rows(df, rows), rows.size
+    return df, info
+
+
+def _checked_classes(classes: np.ndarray) -> np.ndarray:
+    """``classes`` when they make a classification problem (as ``SODMClassifier.fit``
+    checks them), else the same ``ValueError``."""
+    if len(classes) != 2:
+        from sklearn.utils.multiclass import check_classification_targets
+
+        check_classification_targets(classes)  # more non-integer floats: a regression target
+    if len(classes) < 2:
+        raise ValueError(f"SODMClassifier needs at least two classes in y; only one class "
+                         f"({classes[0]!r}) is present")
+    return classes
+
+
+def _solve_problems(problem: _Problem, base: Any, classes: np.ndarray, seed_int: int,
+                    candidates: Any, progress: Callable[[float, str, dict], None] | None,
+                    should_stop: Callable[[], bool] | None
+                    ) -> tuple[list[dict], list[int], list[Any]]:
+    """The binary problem, or one one-vs-rest problem per class in turn, with the local
+    backend's seeds: the history (records tagged with the problem when several),
+    iterations and solutions; a stop raises ``FitCancelled`` with the history so far."""
+    n_problems = 1 if len(classes) == 2 else len(classes)
     history: list[dict] = []
     n_iter: list[int] = []
     solutions: list[Any] = []
@@ -128,8 +163,8 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
         seed_k = problem_seed(seed_int, k, n_problems)
         # the statistics pass sampled the candidates of seed_int (a binary problem's seed)
         hist, stopped, sol = problem.solve(
-            _binary(base, classes[1] if n_problems == 1 else classes[k], info), seed_k,
-            summary.candidates if seed_k == seed_int else None,
+            _binary(base, classes[1] if n_problems == 1 else classes[k], problem.info), seed_k,
+            candidates if seed_k == seed_int else None,
             problem_progress(progress, k, n_problems, label), should_stop)
         for rec in hist:
             rec = jsonable(rec)
@@ -139,18 +174,7 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
             raise FitCancelled(history=history)
         solutions.append(sol)
         n_iter.append(iterations(hist))
-    if est._uses_dsvrg():
-        state = _linear_state(base, info, np.vstack(solutions), float(est.theta), classes)
-    else:
-        state = _kernel_state(solutions, info)
-    info_ = fit_info(algorithm=est._algorithm_for_kernel(), n_train=n,
-                     n_features=info.n_features, sparse_input=info.layout == "sparse",
-                     n_problems=n_problems, seed=seed_int, n_iter=n_iter,
-                     seconds=time.perf_counter() - t0, backend="spark")
-    return build_fitted(est, classes=classes, n_features_in=info.n_features,
-                        scaler_min=None if scaler is None else scaler.min_,
-                        scaler_scale=None if scaler is None else scaler.scale_,
-                        gamma=gamma, history=history, fit_info=info_, **state)
+    return history, n_iter, solutions
 
 
 def _binary(base: Any, positive: Any, info: Any) -> Any:
