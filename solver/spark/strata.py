@@ -95,52 +95,28 @@ def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: 
     fewer), collected to the driver unless ``candidates`` (that sample's raw rows, from
     ``solver.spark.data.summarize``) is given; ``max_candidates=None``: among all rows, one
     distributed pass per landmark."""
-    from solver.kernels import kernel_diag, kernel_matrix
-
     if max_candidates is not None:
         if candidates is None:
             candidates = _collect_candidates(base, info, int(n_rows), int(seed),
                                              int(max_candidates))
         return landmarks_from_candidates(candidates, info, kernel, int(n_landmarks), int(seed))
-    S = min(int(n_landmarks), int(n_rows))
+    return _landmarks_by_passes(base, info, kernel, min(int(n_landmarks), int(n_rows)))
+
+
+def _landmarks_by_passes(base: Any, info: DataInfo, kernel: Any, S: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Pivoted partial Cholesky over all rows: one distributed pass per landmark picks the
+    row with the largest residual (lowest row id on ties) until ``S`` or the residuals
+    fall below ``LANDMARK_TOL`` times the largest kernel diagonal."""
     pivots_z: list[np.ndarray] = []
     pivots_l = np.zeros((S, S))
     pivots_r: list[float] = []
     chosen: list[int] = []
     scale = None
-    cols = ["row_id", *info.input_cols]
     for s in range(S):
-        Pz = np.vstack(pivots_z) if pivots_z else None
-        Lp = pivots_l.copy()
-        rp = np.asarray(pivots_r, dtype=np.float64)
-        taken = np.asarray(chosen, dtype=np.int64)
-
-        def best_of_batch(batches, Pz=Pz, Lp=Lp, rp=rp, taken=taken, s=s):
-            for pdf in batches:
-                if len(pdf) == 0:
-                    continue
-                pdf, Z = _sorted_model_rows(pdf, info)
-                rid = pdf["row_id"].to_numpy(dtype=np.int64)
-                r = kernel_diag(kernel, Z).astype(np.float64, copy=True)
-                dmax = float(r.max())
-                Lf = np.zeros((Z.shape[0], S), dtype=np.float64)
-                for t in range(s):
-                    col = kernel_matrix(kernel, Z, Pz[t:t + 1]).ravel()
-                    lnew = (col - Lf[:, :t] @ Lp[t, :t]) / np.sqrt(rp[t])
-                    Lf[:, t] = lnew
-                    r -= lnew * lnew
-                rr = np.where(np.isin(rid, taken), -np.inf, r)
-                j = int(np.argmax(rr))  # rows sorted by row_id: first max = lowest id
-                yield pd.DataFrame({
-                    "row_id": [int(rid[j])], "r": [float(rr[j])], "dmax": [dmax],
-                    "z": [_dense_rows(Z[j:j + 1]).ravel()], "l": [Lf[j].copy()],
-                })
-
-        rows = (base.select(*cols)
-                .mapInPandas(best_of_batch,
-                             "row_id long, r double, dmax double, z array<double>, "
-                             "l array<double>")
-                .collect())
+        rows = _best_rows(base, info, kernel, S, s, np.vstack(pivots_z) if pivots_z else None,
+                          pivots_l.copy(), np.asarray(pivots_r, dtype=np.float64),
+                          np.asarray(chosen, dtype=np.int64))
         if not rows:
             break
         best = max(rows, key=lambda r: (r["r"], -r["row_id"]))
@@ -156,6 +132,41 @@ def select_landmarks_spark(base: Any, info: DataInfo, kernel: Any, n_landmarks: 
         # recursion on the next pass; Lp only needs the entries before the diagonal
     return np.asarray(chosen, dtype=np.int64), (np.vstack(pivots_z) if pivots_z
                                                 else np.zeros((0, 0)))
+
+
+def _best_rows(base: Any, info: DataInfo, kernel: Any, S: int, s: int, Pz: np.ndarray | None,
+               Lp: np.ndarray, rp: np.ndarray, taken: np.ndarray) -> list[Any]:
+    """Pass ``s`` (one job): per batch, the row not yet ``taken`` with the largest residual
+    after the ``s`` pivots ``Pz`` (factor rows ``Lp``, residuals ``rp``), its factor row and
+    the batch's largest kernel diagonal."""
+    from solver.kernels import kernel_diag, kernel_matrix
+
+    def best_of_batch(batches, Pz=Pz, Lp=Lp, rp=rp, taken=taken, s=s):
+        for pdf in batches:
+            if len(pdf) == 0:
+                continue
+            pdf, Z = _sorted_model_rows(pdf, info)
+            rid = pdf["row_id"].to_numpy(dtype=np.int64)
+            r = kernel_diag(kernel, Z).astype(np.float64, copy=True)
+            dmax = float(r.max())
+            Lf = np.zeros((Z.shape[0], S), dtype=np.float64)
+            for t in range(s):
+                col = kernel_matrix(kernel, Z, Pz[t:t + 1]).ravel()
+                lnew = (col - Lf[:, :t] @ Lp[t, :t]) / np.sqrt(rp[t])
+                Lf[:, t] = lnew
+                r -= lnew * lnew
+            rr = np.where(np.isin(rid, taken), -np.inf, r)
+            j = int(np.argmax(rr))  # rows sorted by row_id: first max = lowest id
+            yield pd.DataFrame({
+                "row_id": [int(rid[j])], "r": [float(rr[j])], "dmax": [dmax],
+                "z": [_dense_rows(Z[j:j + 1]).ravel()], "l": [Lf[j].copy()],
+            })
+
+    return (base.select("row_id", *info.input_cols)
+            .mapInPandas(best_of_batch,
+                         "row_id long, r double, dmax double, z array<double>, "
+                         "l array<double>")
+            .collect())
 
 
 def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: np.ndarray,
