@@ -27,12 +27,9 @@ known before the final fit runs, so the search estimates it from the current bes
 candidate's CV fits: their CPU per fit, grown as ``rows^a`` to the rows of one solve of the
 final fit (``a`` measured between rungs, within [1, 2]; 1 for the linear kernel), times the
 number of such solves (SODM solves partitions whose float32 kernel fits ``cache_size``; a
-larger exact solve costs more per row, so this errs low). A later rung takes the
-best-ranked candidates whose predicted cost fits what is left (at least two, else the
-halving stops there); a refinement step is taken only when its predicted cost fits. The
-first rung, which nothing predicts, stops once the budget is spent (its candidates are
-scored in a seeded random order, so what it scored is a spread of the grid). The caller
-measures the final fit and records both numbers.
+larger exact solve costs more per row, so this errs low). A rung or a refinement step is
+taken only when its predicted cost fits what is left. The caller measures the final fit and
+records both numbers.
 """
 
 from __future__ import annotations
@@ -209,15 +206,11 @@ class _Search:
                       round(min(hi, max(lo, float(theta))), 4))
 
     def grid(self) -> list[_Point]:
-        """The coarse grid in a seeded random order: a first rung cut short by the budget
-        has then scored a spread of the grid, not its low-``lam`` corner."""
         lams = self.s.log_lam if "lam" in self.auto else (math.log10(self.fixed["lam"]),)
         gms = (self.s.log_gamma_mult if "gamma" in self.auto
                else (math.log10(self.fixed["gamma"] / self.gamma_scale),))
         thetas = self.s.theta if "theta" in self.auto else (self.fixed["theta"],)
-        pts = [self.point(a, b, c) for a in lams for b in gms for c in thetas]
-        order = np.random.default_rng(self.seed).permutation(len(pts))
-        return [pts[i] for i in order]
+        return [self.point(a, b, c) for a in lams for b in gms for c in thetas]
 
     def values(self, p: _Point) -> dict[str, float]:
         return {"lam": 10.0 ** p.log_lam, "gamma": self.gamma_scale * 10.0 ** p.log_gamma_mult,
@@ -300,25 +293,26 @@ class _Search:
         stop = "all rows used"
         for r, rows in enumerate(sizes):
             if r > 0:
-                cands = self.affordable(cands, sizes[r - 1], rows, ranked[0])
-                if len(cands) < s.keep_min:
+                # predicted cost of this rung from the previous one, growth ~ rows^a
+                prev = [self.scores[(p, sizes[r - 1])] for p in cands]
+                grow = (rows / sizes[r - 1]) ** self.growth
+                need = grow * sum(sc.cpu_seconds for sc in prev)
+                refine = grow * ranked[0].cpu_seconds * 2 * max(1, len(self.auto))
+                if need + refine > self.left():
                     stop = "budget"
                     break
             t_rung = self.spent()
             scored = []
             for i, p in enumerate(cands):
-                if r == 0 and len(scored) >= s.keep_min and self.left() < 0:
-                    stop = "budget"  # the first rung alone outgrew the budget
-                    break
                 scored.append(self.score(p, rows, f"halving {r}"))
                 self._report(f"auto search: rung {r} ({rows} rows), {i + 1}/{len(cands)}")
             ranked = sorted(scored, key=self.preference)
             if r > 0:
                 self.measure_growth(cands, sizes[r - 1], rows)
             self.update_budget(ranked[0])
-            rungs.append({"rung": r, "rows": rows, "candidates": len(scored),
+            rungs.append({"rung": r, "rows": rows, "candidates": len(cands),
                           "cpu_seconds": self.spent() - t_rung})
-            keep = max(s.keep_min, math.ceil(len(scored) / s.eta))
+            keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
         best = ranked[0]
         rows = best.rows
@@ -326,20 +320,6 @@ class _Search:
         if refine_stop == "budget":
             stop = "budget"
         return best, rungs, stop
-
-    def affordable(self, cands: list[_Point], before: int, rows: int,
-                   best: _Score) -> list[_Point]:
-        """The best-ranked prefix of ``cands`` whose next rung, predicted from their costs
-        on the previous one (growth ~ rows^a), still leaves room for a refinement."""
-        grow = (rows / before) ** self.growth
-        left = self.left() - grow * best.cpu_seconds * 2 * max(1, len(self.auto))
-        kept: list[_Point] = []
-        for p in cands:
-            left -= grow * self.scores[(p, before)].cpu_seconds
-            if left < 0:
-                break
-            kept.append(p)
-        return kept
 
     def measure_growth(self, cands: list[_Point], before: int, now: int) -> None:
         """Cost growth exponent a (cost ~ rows^a) of the same candidates between two rungs,
