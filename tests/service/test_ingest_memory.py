@@ -21,19 +21,23 @@ ALLOWANCE = 64 << 20
 # Runs in the child: imports everything the parse needs, notes its RSS, parses, and
 # prints the peak RSS growth and the bytes of the arrays produced.
 CHILD = r"""
-import json, resource, sys
+import json, sys
 from pathlib import Path
 import scipy.sparse as sp
 import app.services.storage  # imported lazily by the parse: not part of its memory
 from app.services import ingest
 
-def rss():
+def status(key):
     with open("/proc/self/status") as fh:
-        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmRSS:"))
+        return next(int(l.split()[1]) * 1024 for l in fh if l.startswith(key + ":"))
 
-base = rss()
+# ru_maxrss is inherited from the forking parent (a test process of a few GB): reset the
+# peak (VmHWM) to the current RSS and read it back instead
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+base = status("VmRSS")
 parsed = ingest.parse_file(Path(sys.argv[1]), sys.argv[2], "label")
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM")
 X = parsed.X
 arrays = (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if sp.issparse(X)
           else X.nbytes) + parsed.y.nbytes
