@@ -24,7 +24,9 @@ def test_memory_limit_fails_the_job_and_the_child_lives_on(client, start_worker,
     """A 256 MB limit and a job whose 2 GB kernel cache cannot be mapped: FAILED
     memory-limit, attempt 1, no model, no redelivery; the same pool child then trains
     another job to SUCCEEDED."""
-    w = start_worker(SODM_JOB_MEMORY_LIMIT_MB="256")
+    # a long lease: the first job of a fresh child compiles the kernels, holding the GIL for
+    # seconds on a loaded machine; the 4 s test lease could then expire and be reaped
+    w = start_worker(SODM_JOB_MEMORY_LIMIT_MB="256", SODM_JOB_LEASE_SECONDS="60")
     (child,) = w.children()
     job = submit(client, {"dataset_id": a9a["id"], "algorithm": "odm",
                           "params": {"kernel": "rbf", "cache_size": 2048, "max_iter": 1},
