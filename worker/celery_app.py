@@ -65,7 +65,9 @@ def make_celery() -> Celery:
         task_time_limit=s.job_time_limit_seconds,
         task_soft_time_limit=_soft_time_limit(s.job_time_limit_seconds),
         worker_soft_shutdown_timeout=30,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # a broker blip must not cost a running job an attempt: the fit goes on; its
+        # restored message is refused by the claim while the job's lease is held
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
     )
     app.conf.update(conf)
