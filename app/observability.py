@@ -110,12 +110,12 @@ def worker_counts() -> tuple[int | None, int]:
         from sqlalchemy import func, select
 
         from app.db import get_sessionmaker
-        from app.models import Job, utcnow
+        from app.models import Job, JobState, utcnow
         from app.services.workers import live_workers
 
         with get_sessionmaker()() as s:
             leases = s.scalar(select(func.count()).select_from(Job).where(
-                Job.state.in_(("RUNNING", "CANCELLING")), Job.lease_until > utcnow()))
+                Job.state.in_((JobState.RUNNING, JobState.CANCELLING)), Job.lease_until > utcnow()))
             return int(leases or 0), len(live_workers(s))
     except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the DB is down
         log.warning("worker counts unavailable: %s", type(exc).__name__)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from app.db import session_scope
 from app.logs import bound
-from app.models import Job, Model, utcnow
+from app.models import Job, JobState, Model, utcnow
 from app.services.cursors import as_utc
 from worker import metrics
 from worker.celery_app import celery_app
@@ -46,7 +46,7 @@ def train_job(job_id: str) -> str:
             log.info("job %s attempt %d ended %s", job_id, c.attempt, state)
             metrics.JOBS.labels(state).inc()
             metrics.JOB_SECONDS.labels(state).observe(time.monotonic() - start)
-            if state == "SUCCEEDED":
+            if state == JobState.SUCCEEDED:
                 _observe_fit(job_id)
             return state
 

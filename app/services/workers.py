@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.models import Job, Worker, utcnow
+from app.models import Job, JobState, Worker, utcnow
 from app.services.cursors import as_utc
 
 STALE_PERIODS = 3
@@ -50,11 +50,12 @@ def live_workers(session: Session) -> list[Worker]:
 def status(session: Session) -> WorkerStatus:
     """Live workers and the jobs waiting / running (all tenants: an operator's view)."""
     counts = dict(session.execute(
-        select(Job.state, func.count()).where(Job.state.in_(("QUEUED", "RUNNING",
-                                                             "CANCELLING")))
+        select(Job.state, func.count()).where(Job.state.in_(
+            (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING)))
         .group_by(Job.state)).all())
-    return WorkerStatus(live_workers(session), int(counts.get("QUEUED", 0)),
-                        int(counts.get("RUNNING", 0)) + int(counts.get("CANCELLING", 0)))
+    return WorkerStatus(live_workers(session), int(counts.get(JobState.QUEUED, 0)),
+                        int(counts.get(JobState.RUNNING, 0))
+                        + int(counts.get(JobState.CANCELLING, 0)))
 
 
 NO_WORKER = "no live worker: the job runs when a worker starts (sodm worker)"
@@ -62,7 +63,7 @@ NO_WORKER = "no live worker: the job runs when a worker starts (sodm worker)"
 
 def annotate_waiting(session: Session, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Set ``waiting`` on the QUEUED jobs of an API answer when no worker is live."""
-    queued = [j for j in jobs if j["state"] == "QUEUED"]
+    queued = [j for j in jobs if j["state"] == JobState.QUEUED]
     if queued and not live_workers(session):
         for j in queued:
             j["waiting"] = NO_WORKER
