@@ -62,3 +62,40 @@ def test_leases_follow_the_database_clock(api_server, tenant, datasets_dir, monk
     with session_scope() as s:
         s.execute(update(Job).where(Job.id == job_id).values(state=JobState.CANCELLED,
                                                              lease_until=None))
+
+
+def test_a_beat_after_the_attempts_own_finish_is_quiet(api_server, tenant, datasets_dir,
+                                                       caplog):
+    """The heartbeat can beat between the runner's terminal write and its stop: that row is
+    this attempt's own result, not a lost lease (no warning, ``lost`` unset); a row that the
+    reaper re-queued is lost."""
+    from app.db import session_scope
+    from app.models import Job, JobState
+    from worker import lease
+    from worker.runner import finish
+
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    ds = httpx.post(api_server + "/datasets", headers=auth, timeout=60,
+                    files={"file": ("h.libsvm", libsvm_bytes(datasets_dir, "heart_scale"))},
+                    data={"format": "libsvm"}).json()
+    job_id = httpx.post(api_server + "/train", headers=auth, timeout=60,
+                        json={"dataset_id": ds["id"], "algorithm": "sodm",
+                              "params": {"kernel": "linear"}}).json()["id"]
+    c = lease.claim(job_id)
+    assert c is not None
+    assert finish(c, JobState.CANCELLED)
+    hb = lease.Heartbeat(c)
+    with caplog.at_level("WARNING", logger="worker.lease"):
+        hb.beat()
+    assert not hb.lost.is_set() and hb._stop_event.is_set()
+    assert "no longer ours" not in caplog.text
+
+    with session_scope() as s:  # as the reaper leaves it: queued again, the attempt gone
+        s.execute(update(Job).where(Job.id == job_id).values(
+            state=JobState.QUEUED, worker=None, lease_until=None, finished_at=None))
+    hb = lease.Heartbeat(c)
+    with caplog.at_level("WARNING", logger="worker.lease"):
+        hb.beat()
+    assert hb.lost.is_set() and "no longer ours (state QUEUED)" in caplog.text
+    with session_scope() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(state=JobState.CANCELLED))
