@@ -25,7 +25,7 @@ import pytest
 
 from tests.fixtures.stack import _start
 from tests.fixtures.worker import WorkerProcess, _Starter
-from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
+from tests.service.jobs_helpers import libsvm_bytes, load_libsvm, submit, upload_as, wait_job
 from tests.spark.helpers import (
     CLASSES,
     ONE_BLAS_THREAD,
@@ -275,3 +275,47 @@ def test_killed_worker_spark_work_is_interrupted(sclient, spark_worker, guide,
     done = wait_job(sclient, job["id"], timeout=120)
     assert done["state"] == "CANCELLED" and done["attempt"] == 2
     _wait_running(ui, second, False, 30, "attempt 2 stopped")
+
+
+def _break_features(data_file: Path) -> None:
+    """Overwrite the page header of the first feature column's first chunk with garbage:
+    the footer and the labels still read, so only a reader of the features fails."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(data_file).metadata
+    names = [meta.schema.column(j).name for j in range(meta.num_columns)]
+    column = next(n for n in names if n not in ("row_id", "label"))
+    chunk = meta.row_group(0).column(names.index(column))
+    with open(data_file, "r+b") as fh:
+        fh.seek(chunk.data_page_offset)
+        fh.write(b"\xff" * 32)
+
+
+def test_spark_side_failure_is_a_short_problem(sclient, spark_worker, heart, datasets_dir,
+                                               stack_env):
+    """A feature column that Spark cannot decode (the worker itself reads only the labels):
+    the job ends FAILED ``spark-failed`` with one line naming the Spark stage and what the job
+    was doing, no traceback or path; the traceback is in the worker's log."""
+    text = libsvm_bytes(datasets_dir, "heart_scale").decode()
+    r = sclient.post("/datasets", data={"format": "libsvm", "name": "heart-broken"},
+                     files={"file": ("heart-broken.libsvm",
+                                     "".join(text.splitlines(keepends=True)[:-1]))})
+    assert r.status_code == 201, r.text
+    bad = r.json()
+    data_file = Path(stack_env["SODM_DATA_DIR"]) / "datasets" / bad["id"] / "data.parquet"
+    _break_features(data_file)
+    before = len(spark_worker.log_text())
+    job = submit(sclient, {"dataset_id": bad["id"], "algorithm": "sodm", "backend": "spark",
+                           "params": SPARK_PARAMS, "seed": SEED,
+                           "test_dataset_id": heart["id"]})
+    done = wait_job(sclient, job["id"], timeout=300)
+    assert done["state"] == "FAILED", done
+    err = done["error"]
+    assert err["type"].endswith("/spark-failed"), err
+    detail = err["detail"]
+    assert detail.startswith("Spark job failed") and " while " in detail, detail
+    assert "\n" not in detail and len(detail) <= 600, detail
+    assert "Traceback" not in detail and stack_env["SODM_DATA_DIR"] not in detail, detail
+    assert done["attempt"] == 1 and done["model_id"] is None
+    log = spark_worker.log_text()[before:]
+    assert f"job {job['id']}: Spark failed" in log and "Traceback" in log
