@@ -383,7 +383,8 @@ def _plot_scaling(sc: dict, img: Path) -> str | None:
         return None
     ax.set_xlabel("training rows (SUSY-shaped, 18 features)")
     ax.set_ylabel("fit CPU seconds")
-    ax.set_title(f"fit CPU seconds vs n (cap {sc['timeout_s']:.0f} s wall per fit)")
+    cap = sc.get("cpu_cap_s", sc["timeout_s"])
+    ax.set_title(f"fit CPU seconds vs n (cap {cap:.0f} CPU s per fit)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
