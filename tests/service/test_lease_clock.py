@@ -20,19 +20,24 @@ def _db_seconds_until(session, job_id: str) -> float:
         {"j": job_id}).scalar())
 
 
+def _queued_job(api_server: str, tenant: tuple[str, str], datasets_dir) -> str:
+    """A linear SODM job on heart_scale, queued (no worker consumes this module's queue)."""
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    ds = httpx.post(api_server + "/datasets", headers=auth, timeout=60,
+                    files={"file": ("h.libsvm", libsvm_bytes(datasets_dir, "heart_scale"))},
+                    data={"format": "libsvm"}).json()
+    return httpx.post(api_server + "/train", headers=auth, timeout=60,
+                      json={"dataset_id": ds["id"], "algorithm": "sodm",
+                            "params": {"kernel": "linear"}}).json()["id"]
+
+
 def test_leases_follow_the_database_clock(api_server, tenant, datasets_dir, monkeypatch):
     from app.config import get_settings
     from app.db import session_scope
     from app.models import Job, JobState, utcnow
     from worker import lease, reaper
 
-    auth = {"Authorization": f"Bearer {tenant[1]}"}
-    ds = httpx.post(api_server + "/datasets", headers=auth, timeout=60,
-                    files={"file": ("h.libsvm", libsvm_bytes(datasets_dir, "heart_scale"))},
-                    data={"format": "libsvm"}).json()
-    job_id = httpx.post(api_server + "/train", headers=auth, timeout=60,
-                        json={"dataset_id": ds["id"], "algorithm": "sodm",
-                              "params": {"kernel": "linear"}}).json()["id"]
+    job_id = _queued_job(api_server, tenant, datasets_dir)
     lease_s = get_settings().job_lease_seconds
     for skew in (timedelta(hours=1), -timedelta(hours=1)):
         monkeypatch.setattr(lease, "utcnow", lambda skew=skew: utcnow() + skew)
@@ -74,13 +79,7 @@ def test_a_beat_after_the_attempts_own_finish_is_quiet(api_server, tenant, datas
     from worker import lease
     from worker.runner import finish
 
-    auth = {"Authorization": f"Bearer {tenant[1]}"}
-    ds = httpx.post(api_server + "/datasets", headers=auth, timeout=60,
-                    files={"file": ("h.libsvm", libsvm_bytes(datasets_dir, "heart_scale"))},
-                    data={"format": "libsvm"}).json()
-    job_id = httpx.post(api_server + "/train", headers=auth, timeout=60,
-                        json={"dataset_id": ds["id"], "algorithm": "sodm",
-                              "params": {"kernel": "linear"}}).json()["id"]
+    job_id = _queued_job(api_server, tenant, datasets_dir)
     c = lease.claim(job_id)
     assert c is not None
     assert finish(c, JobState.CANCELLED)
