@@ -255,14 +255,14 @@ class Heartbeat(threading.Thread):
                 update(Job).where(owned(c.job_id, c.worker, c.attempt), Job.state.in_(ACTIVE))
                 .values(**values).returning(Job.state)).first()
             if row is None:
-                now = session.execute(select(Job.state, Job.worker, Job.attempt)
+                cur = session.execute(select(Job.state, Job.worker, Job.attempt)
                                       .where(Job.id == c.job_id)).first()
-                if now is not None and JobState(now.state).terminal \
-                        and (now.worker, now.attempt) == (c.worker, c.attempt):
+                if cur is not None and JobState(cur.state).terminal \
+                        and (cur.worker, cur.attempt) == (c.worker, c.attempt):
                     self._stop_event.set()  # this attempt's own terminal write came first
                     return
                 log.warning("job %s is no longer ours (state %s); stopping", c.job_id,
-                            now.state if now is not None else "deleted")
+                            cur.state if cur is not None else "deleted")
                 self.lost.set()
             elif row[0] == JobState.CANCELLING:
                 self.cancelled.set()
