@@ -31,12 +31,27 @@ PRELOAD = ("scipy.linalg", "scipy.optimize", "sklearn.base", "sklearn.model_sele
 
 
 def preload() -> None:
-    """Import what jobs use and compile (or load from numba's cache) its compiled loops."""
+    """Import what jobs use, compile (or load from numba's cache) its compiled loops and map
+    the BLAS work buffers."""
     for name in PRELOAD:
         importlib.import_module(name)
     from solver import _numba_kernels
 
     _numba_kernels.warmup()
+    warm_blas()
+
+
+def warm_blas() -> None:
+    """One multithreaded product in numpy's and in scipy's OpenBLAS. OpenBLAS maps a work
+    buffer per thread on first use and, when that mapping fails, exits the process (or
+    hangs) instead of raising: under a job's limit that would kill the pool child. Mapped
+    here, before any limit, the buffers are reused by every later product."""
+    import numpy as np
+    from scipy.linalg import blas
+
+    a = np.ones((512, 512))
+    a @ a
+    blas.dgemm(1.0, a, a)
 
 
 @contextmanager

@@ -24,9 +24,7 @@ def test_memory_limit_fails_the_job_and_the_child_lives_on(client, start_worker,
     """A 256 MB limit and a job whose 2 GB kernel cache cannot be mapped: FAILED
     memory-limit, attempt 1, no model, no redelivery; the same pool child then trains
     another job to SUCCEEDED."""
-    # a long lease: the first job of a fresh child compiles the kernels, holding the GIL for
-    # seconds on a loaded machine; the 4 s test lease could then expire and be reaped
-    w = start_worker(SODM_JOB_MEMORY_LIMIT_MB="256", SODM_JOB_LEASE_SECONDS="60")
+    w = start_worker(SODM_JOB_MEMORY_LIMIT_MB="256")
     (child,) = w.children()
     job = submit(client, {"dataset_id": a9a["id"], "algorithm": "odm",
                           "params": {"kernel": "rbf", "cache_size": 2048, "max_iter": 1},
@@ -70,3 +68,24 @@ def test_numpy_memory_error_is_recognised_and_the_limit_lifted():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "refused MemoryError" in out.stdout and f"allocated {1 << 30}" in out.stdout
+
+
+def test_blas_under_a_tight_limit_after_the_warm_up():
+    """``warm_blas`` (part of the pool child's preload) maps OpenBLAS's work buffers before
+    any limit: a product inside a 16 MB limit then runs. Without it, the first product under
+    that limit makes OpenBLAS exit the process ("Memory allocation still failed")."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from scipy.linalg import blas
+        from worker.memory import job_memory_limit, warm_blas
+        warm_blas()
+        a = np.ones((512, 512))
+        with job_memory_limit(16):
+            b = a @ a
+            c = blas.dgemm(1.0, a, a)
+        print("ok", b[0, 0], c[0, 0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok", "512.0", "512.0"], out
+
