@@ -88,4 +88,3 @@ def test_blas_under_a_tight_limit_after_the_warm_up():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.split() == ["ok", "512.0", "512.0"], out
-
