@@ -29,6 +29,9 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
         exc = exc.__cause__ or exc.__context__
 
 
+ROUNDS = 50  # rounds of one interruption before giving up
+
+
 @contextmanager
 def soft_limit_after(seconds: float) -> Iterator[None]:
     """SIGALRM raises ``SoftTimeLimitExceeded`` after ``seconds``, as billiard's handler does."""
@@ -48,13 +51,15 @@ def soft_limit_after(seconds: float) -> Iterator[None]:
 def _query_until_interrupted(rng: random.Random) -> None:
     """Short queries in one transaction until the soft limit lands in one of them. A limit
     raised inside a finalizer is swallowed by Python ("Exception ignored in ..."); the round
-    is then run again with a new timer."""
+    is then run again with a new timer (a bounded number of times: a limit that never lands
+    fails the test instead of hanging it)."""
     from app.db import session_scope
 
-    while True:
+    for _ in range(ROUNDS):
         with soft_limit_after(rng.uniform(0.0005, 0.02)), session_scope() as s:
             for k in range(100_000):
                 assert s.execute(text("select :k"), {"k": k}).scalar() == k
+    raise AssertionError(f"the soft limit never landed in a query ({ROUNDS} rounds)")
 
 
 def test_an_interrupted_transaction_raises_the_limit_and_leaves_the_pool_sound(
