@@ -1,9 +1,10 @@
 """Celery's soft time limit is an exception raised from a signal handler, so it can land in
 the middle of a database call. On the real Postgres: ``session_scope`` then propagates the
-limit itself (not the failed rollback's "another command is already in progress", which the
-runner reads as "database unreachable" and leaves the job to the reaper), the pool keeps no
-broken connection, and a job interrupted that way ends FAILED ``time-limit`` on its first
-attempt."""
+limit, or a database error with the limit in its chain (psycopg raises "another command is
+already in progress" when the interrupted command's cleanup runs into it), never a database
+error without it (which the runner reads as "database unreachable" and leaves the job to the
+reaper); the pool keeps no broken connection; and a job interrupted that way ends FAILED
+``time-limit`` on its first attempt."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from typing import Any
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import select, text
-from sqlalchemy.exc import OperationalError
 
 from tests.service.jobs_helpers import submit, upload
 
@@ -76,10 +76,12 @@ def test_an_interrupted_transaction_raises_the_limit_and_leaves_the_pool_sound(
         with session_scope() as s:  # the next transaction gets a working connection
             assert s.execute(text("select 4242")).scalar() == 4242
     assert len(raised) == 120
+    # the runner takes an OperationalError without the limit in its chain for an unreachable
+    # database (job left RUNNING): every error raised here carries the limit
     assert all(any(isinstance(e, SoftTimeLimitExceeded) for e in _chain(exc))
                for exc in raised)
-    # the runner takes an OperationalError for an unreachable database (job left RUNNING)
-    assert not [exc for exc in raised if isinstance(exc, OperationalError)]
+    # most interruptions propagate the limit itself (the rollback's failure is not raised)
+    assert sum(isinstance(exc, SoftTimeLimitExceeded) for exc in raised) > len(raised) // 2
 
 
 def test_a_job_interrupted_inside_a_query_fails_with_time_limit(
