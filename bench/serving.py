@@ -72,7 +72,31 @@ from app.services.apikeys import create_key
 rel = "models/bench.sodm"
 (data_dir / "models").mkdir(parents=True, exist_ok=True)
 shutil.copyfile(model_file, data_dir / rel)
-sha = hashlib.sha256(model_file.read_bytes()).hexdigest()
+import ast, io, zipfile
+from solver.model_io import load_model
+try:
+    load_model(data_dir / rel)
+except ValueError as exc:
+    # an older tree: estimator options added since, at their off value (None / False), do
+    # not change the model; the file is rewritten without them, arrays unchanged
+    msg = str(exc)
+    if "unknown estimator parameters" not in msg:
+        raise
+    unknown = set(ast.literal_eval(msg[msg.index("["):]))
+    with zipfile.ZipFile(model_file) as zin:
+        header = json.loads(zin.read("header.json"))
+        if any(header["params"][k] not in (None, False) for k in unknown):
+            raise
+        header["params"] = {k: v for k, v in header["params"].items() if k not in unknown}
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+            for info in zin.infolist():
+                data = zin.read(info)
+                zout.writestr(info, json.dumps(header).encode()
+                              if info.filename == "header.json" else data)
+    (data_dir / rel).write_bytes(buf.getvalue())
+    load_model(data_dir / rel)
+sha = hashlib.sha256((data_dir / rel).read_bytes()).hexdigest()
 with session_scope() as s:
     tenant, key = create_key(s, "bench")
     ds = Dataset(tenant_id=tenant.id, name="ijcnn1", format="libsvm", n_rows=39992,
