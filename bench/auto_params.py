@@ -60,6 +60,9 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
     return {"accuracy": float(est.score(Xt, yt)), "chosen": info["chosen"],
             "gamma_mult": info["chosen"]["gamma"] / info["gamma_scale"],
             "search_cpu_s": info["cpu_seconds"], "final_cpu_s": info["final_fit_cpu_seconds"],
+            "search_predicted_cpu_s": info["predicted_cpu_seconds"],
+            "final_predicted_cpu_s": info["final_fit_estimate_cpu_seconds"],
+            "budget_predicted_cpu_s": info["budget_cpu_seconds"],
             "total_cpu_s": clock.seconds, "wall_s": wall, "cv_rows": info["rows"],
             "rungs": info["rungs"], "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"]}

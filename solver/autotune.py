@@ -21,15 +21,17 @@ Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the s
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
 
-**Budget**: the search may spend ``max(floor_seconds, factor * F)`` CPU seconds of the
-process tree, ``F`` the CPU seconds of the final fit (defaults 10 s and 3). ``F`` is not
-known before the final fit runs, so the search estimates it from the current best
-candidate's CV fits: their CPU per fit, grown as ``rows^a`` to the rows of one solve of the
-final fit (``a`` measured between rungs, within [1, 2]; 1 for the linear kernel), times the
-number of such solves (SODM solves partitions whose float32 kernel fits ``cache_size``; a
-larger exact solve costs more per row, so this errs low). A rung or a refinement step is
-taken only when its predicted cost fits what is left. The caller measures the final fit and
-records both numbers.
+**Budget**: the search may spend ``max(floor_seconds, factor * F)`` CPU seconds, ``F`` the
+CPU seconds of the final fit (defaults 10 s and 3). The decisions are made on *predicted*
+seconds (:class:`CostModel`: a fit of ``m`` rows costs ``q (c0 + c1 m^a (d + d0))``, ``d``
+the mean nonzeros per row, ``q`` the binary problems, ``a`` 2 for kernels and 1 for the
+linear kernel), never on the clock, so the same rows and request give the same choice on
+any machine and under any load (the service's job and the library's fit agree). ``F`` is
+predicted the same way: SODM solves ``n / m`` partitions of ``m`` rows (those whose float32
+kernel fits ``cache_size``), the linear solvers all rows at once. The first rung always
+runs; a later rung, or a refinement step, only when its predicted cost fits what is left.
+The measured CPU seconds of the search (and, by the caller, of the final fit) are recorded
+beside the prediction, with the budget checked on the measured numbers.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ import numpy as np
 from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled
 
-__all__ = ["AUTO", "AUTO_PARAMS", "SearchSettings", "AutoResult", "is_auto", "search"]
+__all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
+           "AutoResult", "is_auto", "search"]
 
 AUTO = "auto"
 AUTO_PARAMS = ("lam", "gamma", "theta")
@@ -57,6 +60,27 @@ MakeFn = Callable[[dict[str, float]], Any]
 
 def is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == AUTO
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Predicted CPU seconds of one exact-solver fit (one BLAS thread): ``q * (overhead +
+    unit * rows**exponent * (width + width_offset))``, ``width`` the mean nonzeros per row.
+    The constants come from ``bench.autotune_cost`` (docs/auto-params.md); the solver's
+    iterations vary with lam and gamma, so one fit may take a few times more or less."""
+
+    exponent: float
+    overhead: float
+    unit: float
+    width_offset: float
+
+    def fit_seconds(self, rows: float, width: float, problems: int) -> float:
+        return problems * (self.overhead
+                           + self.unit * rows ** self.exponent * (width + self.width_offset))
+
+
+KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=2.06e-10, width_offset=100.0)
+LINEAR_COST = CostModel(exponent=1.0, overhead=8.9e-4, unit=2.4e-8, width_offset=0.0)
 
 
 @dataclass(frozen=True)
@@ -114,6 +138,7 @@ class AutoResult:
     folds: int
     rows: int
     cpu_seconds: float
+    predicted_cpu_seconds: float
     wall_seconds: float
     budget_cpu_seconds: float
     final_fit_estimate_cpu_seconds: float
@@ -136,15 +161,24 @@ class AutoResult:
             "rungs": self.rungs,
             "cv_table": self.table,
             "cpu_seconds": self.cpu_seconds,
+            "predicted_cpu_seconds": self.predicted_cpu_seconds,
             "wall_seconds": self.wall_seconds,
             "budget_cpu_seconds": self.budget_cpu_seconds,
             "final_fit_estimate_cpu_seconds": self.final_fit_estimate_cpu_seconds,
             "budget_rule": (f"search CPU <= max({s.budget_floor_seconds:g} s, "
-                            f"{s.budget_factor:g} x final fit CPU), process tree"),
+                            f"{s.budget_factor:g} x final fit CPU), both predicted by the "
+                            "cost model for the decisions, measured for the check"),
             "budget_floor_seconds": s.budget_floor_seconds,
             "budget_factor": s.budget_factor,
             "stop_reason": self.stop_reason,
         }
+
+
+def _mean_width(X) -> float:
+    """Mean nonzeros per row (sparse or dense)."""
+    n = max(1, X.shape[0])
+    nnz = X.nnz if hasattr(X, "nnz") else np.count_nonzero(X)
+    return float(nnz) / n
 
 
 def _stratified_order(y_idx: np.ndarray, folds: int, rng: np.random.Generator) -> np.ndarray:
@@ -186,16 +220,19 @@ class _Search:
         self.s = settings
         self.should_stop = should_stop
         self.progress = progress
-        self.t_cpu0 = time.process_time()
         self.scores: dict[tuple[_Point, int], _Score] = {}
         self.table: list[_Score] = []
-        self.budget = settings.budget_floor_seconds
-        self.final_estimate = 0.0
-        self.linear = linear
-        self.growth = 1.0 if self.linear else 2.0
-        self.solve_rows = solve_rows
-        _, y_idx = np.unique(y, return_inverse=True)
+        classes, y_idx = np.unique(y, return_inverse=True)
         self.y_idx = y_idx
+        self.cost = LINEAR_COST if linear else KERNEL_COST
+        self.problems = 1 if len(classes) <= 2 else len(classes)
+        self.width = _mean_width(Xs)
+        n = float(len(y))
+        m_solve = n if linear or solve_rows is None else min(n, float(solve_rows))
+        self.final_estimate = n / m_solve * self.fit_seconds(m_solve)
+        self.budget = max(settings.budget_floor_seconds,
+                          settings.budget_factor * self.final_estimate)
+        self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
         self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
 
@@ -240,6 +277,7 @@ class _Search:
             return self.scores[key]
         from sklearn.exceptions import ConvergenceWarning
 
+        self.predicted += self.cv_seconds(rows)
         t0 = time.process_time()
         accs = []
         for tr, va in self.splits(rows):
@@ -259,29 +297,16 @@ class _Search:
         return sc
 
     # ------------------------------------------------------------------------- budget
-    def update_budget(self, best: _Score) -> None:
-        """Estimate the final fit from the best candidate's CV fits (k fits of (k-1)/k of
-        the rung's rows): their CPU per fit grown as rows^a up to the rows of one solve
-        of the final fit, times the number of such solves."""
-        k = self.s.folds
-        per_fit = best.cpu_seconds / k
-        m_fit = max(1.0, best.rows * (k - 1) / k)
-        n = float(len(self.y))
-        m_solve = n if self.solve_rows is None else min(n, float(self.solve_rows))
-        if m_fit >= m_solve:
-            est = per_fit * n / m_fit
-        else:
-            est = per_fit * (m_solve / m_fit) ** self.growth * (n / m_solve)
-        self.final_estimate = est
-        self.budget = max(self.s.budget_floor_seconds, self.s.budget_factor * est)
+    def fit_seconds(self, rows: float) -> float:
+        return self.cost.fit_seconds(rows, self.width, self.problems)
 
-    def spent(self) -> float:
-        """CPU seconds so far: the search runs in this process (no pool), so the process
-        clock is the tree's and costs far less to read than a walk over the tree."""
-        return time.process_time() - self.t_cpu0
+    def cv_seconds(self, rows: int) -> float:
+        """Predicted CPU seconds of scoring one candidate on ``rows`` rows (k fits)."""
+        k = self.s.folds
+        return k * self.fit_seconds(rows * (k - 1) / k)
 
     def left(self) -> float:
-        return self.budget - self.spent()
+        return self.budget - self.predicted
 
     # ------------------------------------------------------------------------- search
     def run(self) -> tuple[_Score, list[dict[str, Any]], str]:
@@ -293,25 +318,20 @@ class _Search:
         stop = "all rows used"
         for r, rows in enumerate(sizes):
             if r > 0:
-                # predicted cost of this rung from the previous one, growth ~ rows^a
-                prev = [self.scores[(p, sizes[r - 1])] for p in cands]
-                grow = (rows / sizes[r - 1]) ** self.growth
-                need = grow * sum(sc.cpu_seconds for sc in prev)
-                refine = grow * ranked[0].cpu_seconds * 2 * max(1, len(self.auto))
-                if need + refine > self.left():
+                # this rung and one refinement round (two neighbours per axis) must fit
+                need = (len(cands) + 2 * max(1, len(self.auto))) * self.cv_seconds(rows)
+                if need > self.left():
                     stop = "budget"
                     break
-            t_rung = self.spent()
+            t_rung = time.process_time()
             scored = []
             for i, p in enumerate(cands):
                 scored.append(self.score(p, rows, f"halving {r}"))
                 self._report(f"auto search: rung {r} ({rows} rows), {i + 1}/{len(cands)}")
             ranked = sorted(scored, key=self.preference)
-            if r > 0:
-                self.measure_growth(cands, sizes[r - 1], rows)
-            self.update_budget(ranked[0])
             rungs.append({"rung": r, "rows": rows, "candidates": len(cands),
-                          "cpu_seconds": self.spent() - t_rung})
+                          "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
+                          "cpu_seconds": time.process_time() - t_rung})
             keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
         best = ranked[0]
@@ -320,17 +340,6 @@ class _Search:
         if refine_stop == "budget":
             stop = "budget"
         return best, rungs, stop
-
-    def measure_growth(self, cands: list[_Point], before: int, now: int) -> None:
-        """Cost growth exponent a (cost ~ rows^a) of the same candidates between two rungs,
-        within [1, 2] (linear kernel: 1)."""
-        if self.linear:
-            return
-        t_now = sum(self.scores[(p, now)].cpu_seconds for p in cands)
-        t_before = sum(self.scores[(p, before)].cpu_seconds for p in cands)
-        if t_now > 0 and t_before > 0 and now > before:
-            a = math.log(t_now / t_before) / math.log(now / before)
-            self.growth = float(min(2.0, max(1.0, a)))
 
     def _neighbours(self, p: _Point, step: float, tstep: float) -> list[_Point]:
         out = []
@@ -356,13 +365,12 @@ class _Search:
                 for q in self._neighbours(best.point, step, tstep):
                     if (q, rows) in self.scores:
                         continue
-                    if best.cpu_seconds * 1.5 > self.left():
+                    if self.cv_seconds(rows) > self.left():
                         return best, "budget"
                     sc = self.score(q, rows, "refine")
                     self._report(f"auto search: refining on {rows} rows")
                     if self.preference(sc) < self.preference(best):
                         best = sc
-                        self.update_budget(best)
                         improved = True
                         break
             step, tstep = step / 2, tstep / 2
@@ -370,7 +378,7 @@ class _Search:
 
     def _report(self, message: str) -> None:
         if self.progress is not None:
-            self.progress(min(0.99, self.spent() / max(self.budget, 1e-9)), message)
+            self.progress(min(0.99, self.predicted / max(self.budget, 1e-9)), message)
 
 
 def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
@@ -402,7 +410,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                       "theta": fixed.get("theta", 0.2)}
             return AutoResult(**chosen, auto=auto, gamma_scale=gamma_scale, table=[],
                               rungs=[], folds=0, rows=0, cpu_seconds=0.0,
-                              wall_seconds=time.perf_counter() - t0,
+                              predicted_cpu_seconds=0.0, wall_seconds=time.perf_counter() - t0,
                               budget_cpu_seconds=s.budget_floor_seconds,
                               final_fit_estimate_cpu_seconds=0.0,
                               stop_reason="too few rows per class to cross-validate; "
@@ -429,6 +437,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     return AutoResult(lam=vals["lam"], gamma=vals["gamma"], theta=vals["theta"], auto=auto,
                       gamma_scale=gamma_scale, table=table, rungs=rungs, folds=s.folds,
                       rows=best.rows, cpu_seconds=clock.seconds,
+                      predicted_cpu_seconds=srch.predicted,
                       wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
                       final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
                       settings=s)

@@ -5,6 +5,7 @@ budget, cancellation, small data, model files, and that it finds what the defaul
 from __future__ import annotations
 
 import lzma
+import time
 from pathlib import Path
 
 import numpy as np
@@ -186,3 +187,37 @@ def test_validation_names_auto(heart):
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
     auto = SODMClassifier(**AUTO, random_state=0).fit(Xtr, ytr).score(Xte, yte)
     assert auto > 0.75
+
+
+def test_choices_do_not_depend_on_the_clock():
+    """The budget decisions use predicted costs: a machine three times slower (every fit
+    burns extra CPU) scores the same candidates on the same rows and picks the same values."""
+    X, y = checkerboard(1500, 3)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+
+    class Slow(ODMClassifier):
+        def fit(self, X, y, **kw):  # noqa: N803 - sklearn's names
+            t = time.process_time()
+            out = super().fit(X, y, **kw)
+            spent = time.process_time() - t
+            while time.process_time() - t < 3 * spent + 0.002:
+                pass
+            return out
+
+    def run(cls):
+        return search(lambda v: cls(scale=False, random_state=0, **v), X, y, linear=False,
+                      gamma_scale=1.0, fixed={"theta": 0.2}, auto=("lam", "gamma"), seed=0,
+                      settings=SearchSettings(budget_floor_seconds=1.0))
+
+    fast, slow = run(ODMClassifier), run(Slow)
+    assert slow.cpu_seconds > 2 * fast.cpu_seconds
+    keys = ("lam", "gamma", "theta", "rows", "stage", "mean_accuracy")
+    assert ([[r[k] for k in keys] for r in fast.table]
+            == [[r[k] for k in keys] for r in slow.table])
+    assert (fast.lam, fast.gamma, fast.stop_reason) == (slow.lam, slow.gamma, slow.stop_reason)
+    # the budget is predicted from the rows alone, and a small one stops the search early
+    assert fast.budget_cpu_seconds == slow.budget_cpu_seconds == max(
+        1.0, 3 * fast.final_fit_estimate_cpu_seconds)
+    assert fast.stop_reason == "budget"
+    assert fast.predicted_cpu_seconds <= fast.budget_cpu_seconds + fast.rungs[0][
+        "predicted_cpu_seconds"]
