@@ -373,7 +373,7 @@ def theorem2(task: Task, *, p: int = 8, seed: int = 0, d_star: float | None = No
 
 def run(tasks: list[str], configs: list[str], *, theorem_rows: int = 16_000,
         theorem_p: int = 8, seed: int = 0, budgets: list[int] | None = None,
-        out: Path | None = None) -> dict[str, Any]:
+        out: Path | None = None, command: str = "") -> dict[str, Any]:
     """Everything for ``tasks``: level curves of ``configs`` on the whole fit split (the
     first config's model also under the support-vector ``budgets``), and both theorems on a
     ``theorem_rows`` subsample (``theorem_rows=0`` skips them).  With ``out`` the JSON file
@@ -381,7 +381,8 @@ def run(tasks: list[str], configs: list[str], *, theorem_rows: int = 16_000,
     results: dict[str, Any] = {"settings": {
         "gamma": f"{GAMMA_MULT:g} / (d Var X)", "lam": PARAMS.lam, "theta": PARAMS.theta,
         "upsilon": PARAMS.upsilon, "tol": TOL, "val_fraction": VAL_FRACTION,
-        "val_max_rows": VAL_MAX_ROWS, "seed": seed, "load_avg_start": list(os.getloadavg())},
+        "val_max_rows": VAL_MAX_ROWS, "seed": seed, "load_avg_start": list(os.getloadavg()),
+        "command": command, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())},
         "curves": [], "budget": [], "theorem1": [], "theorem2": []}
 
     def save() -> None:
@@ -407,6 +408,7 @@ def run(tasks: list[str], configs: list[str], *, theorem_rows: int = 16_000,
                     budget_out=results["budget"]))
                 save()
     results["settings"]["load_avg_end"] = list(os.getloadavg())
+    results["settings"]["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     save()
     return results
 
@@ -448,9 +450,47 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     lines += _table(results.get("theorem2", []), [
         ("task", "task"), ("rows", "rows"), ("p", "p"), ("partitions", "partitions"),
         ("spread of d_k", "d_k_spread"), ("std of d_k (rel.)", "d_k_std_rel"),
-        ("max (d_k - d*) / |d*|", "max_d_k_minus_d_star_rel"),
+        ("max (d_k - d*) / abs(d*)", "max_d_k_minus_d_star_rel"),
         ("val acc", "val_accuracy"), ("test acc", "test_accuracy")])
     return lines
+
+
+def plot_curves(results: dict[str, Any], path: Path) -> None:
+    """Validation accuracy against cumulative fit CPU seconds, one panel per task: the p2
+    structure's levels as a line (finest level first), the one-level structures as points,
+    as the paper's per-level figures show accuracy and time per level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - NullFormatter below
+
+    curves = [r for r in results.get("curves", []) if "val_accuracy" in r]
+    tasks = list(dict.fromkeys(r["task"] for r in curves))
+    if not tasks:
+        return
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        rows = [r for r in curves if r["task"] == task]
+        for config in dict.fromkeys(r["config"] for r in rows):
+            pts = sorted((r for r in rows if r["config"] == config),
+                         key=lambda r: r["fit_cpu_s"])
+            x = [r["fit_cpu_s"] for r in pts]
+            y = [r["val_accuracy"] for r in pts]
+            ax.plot(x, y, marker="o", linestyle="-" if len(pts) > 1 else "none", label=config)
+            for r in pts:
+                ax.annotate(f"{r['partition_rows']:,}", (r["fit_cpu_s"], r["val_accuracy"]),
+                            fontsize=7, textcoords="offset points", xytext=(3, -9))
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(f"{task}: validation accuracy per level")
+        ax.set_xlabel("fit CPU seconds at the end of the level (log)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation accuracy (labels: partition rows)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -464,10 +504,12 @@ def main() -> None:
                     help="support-vector budgets applied to the first config's model")
     ap.add_argument("--out", type=Path, default=None, help="JSON results")
     ap.add_argument("--doc", type=Path, default=None, help="markdown report")
+    ap.add_argument("--plot", type=Path, default=None, help="per-level figure (PNG)")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     res = run(a.tasks, a.configs, theorem_rows=a.theorem_rows, theorem_p=a.theorem_p,
-              seed=a.seed, budgets=a.budgets, out=a.out)
+              seed=a.seed, budgets=a.budgets, out=a.out,
+              command="python -m bench.hierarchy " + " ".join(sys.argv[1:]))
     lines = report_lines(res)
     if a.doc is not None:
         s = res["settings"]
@@ -479,8 +521,13 @@ def main() -> None:
                 f"{s['theta']:g}, upsilon = {s['upsilon']:g}, tol = {s['tol']:g}; validation "
                 f"rows: {s['val_fraction']:.0%} of each training split (at most "
                 f"{s['val_max_rows']:,}); one BLAS thread, n_jobs=1. Load average at the start "
-                f"{s['load_avg_start'][0]:.1f}, at the end {s['load_avg_end'][0]:.1f} (a shared "
-                "2-core machine: CPU seconds are steadier than wall seconds).", ""]
+                f"{s['load_avg_start'][0]:.1f}, at the end {s['load_avg_end'][0]:.1f} (a 2-core "
+                "machine: CPU seconds are steadier than wall seconds). Run "
+                f"{s['started_utc']} to {s['finished_utc']} UTC.", ""]
+        if a.plot is not None:
+            plot_curves(res, a.plot)
+            rel = os.path.relpath(a.plot, a.doc.parent)
+            head += [f"![validation accuracy against CPU seconds, per level]({rel})", ""]
         a.doc.write_text("\n".join(head + lines) + "\n")
     print("\n".join(lines))
 
