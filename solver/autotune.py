@@ -49,7 +49,7 @@ from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
-           "AutoResult", "is_auto", "search"]
+           "AutoResult", "is_auto", "search", "with_final_fit"]
 
 AUTO = "auto"
 AUTO_PARAMS = ("lam", "gamma", "theta")
@@ -441,3 +441,13 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                       wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
                       final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
                       settings=s)
+
+
+def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:
+    """The search record plus the final fit's CPU seconds and the budget check on the
+    measured numbers."""
+    rule = max(search_info["budget_floor_seconds"],
+               search_info["budget_factor"] * final_cpu)
+    return {**search_info, "final_fit_cpu_seconds": final_cpu,
+            "budget_allowed_cpu_seconds": rule,
+            "within_budget": bool(search_info["cpu_seconds"] <= rule)}

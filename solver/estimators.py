@@ -72,6 +72,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from solver.autotune import with_final_fit
 from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled, InvalidParameterError
 from solver.preprocessing import MinMaxScaler, append_constant
@@ -243,16 +244,13 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         t0 = time.perf_counter()
         self.validate_params()
         X, y, classes, y_idx = self._fit_inputs(X, y)
-        scaler = MinMaxScaler.fit(X) if self.scale else None
-        Xs = scaler.transform(X) if scaler is not None else X
-        gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
-                              Xs.shape[1], lambda: overall_variance(Xs))
-        seed = seed_for(self.random_state)
+        scaler, Xs, gamma, seed = self._scaled(X)
         lam, theta = self.lam, self.theta
         auto = self._auto_params()
         search_info = None
         if auto:
-            res = self._auto_search(Xs, y, auto, gamma, seed, progress, should_stop)
+            res = self._auto_search(Xs, y, auto, gamma, seed,
+                                    _shifted_progress(progress, 0.0, 0.5, ""), should_stop)
             lam, gamma, theta = res.lam, res.gamma if "gamma" in auto else gamma, res.theta
             search_info = res.info()
             progress = _shifted_progress(progress, 0.5, 1.0, "final fit: ")
@@ -272,12 +270,35 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                         params={"lam": float(lam), "gamma": float(gamma),
                                 "theta": float(theta)})
         if search_info is not None:
-            info["auto"] = _with_final_fit(search_info, final_clock.elapsed())
+            info["auto"] = with_final_fit(search_info, final_clock.elapsed())
         _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
                    gamma=gamma, history=history, fit_info=info, **state)
         if getattr(self, "probability", False):
             self._calibrate(X, y, seed, should_stop)
         return self
+
+    def choose_auto(self, X, y, *, progress: ProgressFn | None = None,
+                    should_stop: StopFn | None = None) -> dict[str, Any] | None:
+        """The "auto" search of :meth:`fit` alone, without the final fit: its record
+        (``info["chosen"]`` holds lam, gamma and theta), or None when nothing is "auto".
+        For a backend that fits elsewhere (Spark) with the chosen values, which then gives
+        the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds."""
+        self.validate_params()
+        auto = self._auto_params()
+        if not auto:
+            return None
+        X, y, _, _ = self._fit_inputs(X, y)
+        _, Xs, gamma, seed = self._scaled(X)
+        return self._auto_search(Xs, y, auto, gamma, seed, progress, should_stop).info()
+
+    def _scaled(self, X) -> tuple[MinMaxScaler | None, Any, float, int]:
+        """The model's scaler, the scaled rows, the numeric gamma ("auto": the "scale"
+        value the search starts from) and the seed."""
+        scaler = MinMaxScaler.fit(X) if self.scale else None
+        Xs = scaler.transform(X) if scaler is not None else X
+        gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
+                              Xs.shape[1], lambda: overall_variance(Xs))
+        return scaler, Xs, gamma, seed_for(self.random_state)
 
     def _fit_inputs(self, X, y) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
         """Validated ``X`` (dense, or CSR with sorted indices) and ``y``, the sorted classes
@@ -413,7 +434,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         report = None
         if progress is not None:
             def report(fraction: float, message: str) -> None:
-                progress(0.5 * fraction, message, {})
+                progress(fraction, message, {})
         # rows of one kernel solve of the final fit: at most those whose float32 kernel
         # fits cache_size (SODM's level-1 partitions; an exact solve beyond it costs more)
         solve_rows = (None if self.kernel == "linear" else
@@ -474,15 +495,6 @@ def _shifted_progress(progress: ProgressFn | None, lo: float, hi: float, prefix:
         progress(lo + (hi - lo) * float(fraction), prefix + message, record)
 
     return inner
-
-
-def _with_final_fit(search_info: dict, final_cpu: float) -> dict:
-    """The search record plus the final fit's CPU seconds and the budget check."""
-    rule = max(search_info["budget_floor_seconds"],
-               search_info["budget_factor"] * final_cpu)
-    return {**search_info, "final_fit_cpu_seconds": final_cpu,
-            "budget_allowed_cpu_seconds": rule,
-            "within_budget": bool(search_info["cpu_seconds"] <= rule)}
 
 
 def _support_budget(est: ODMBase, Z_sv, coef: np.ndarray, kernel, seed: int

@@ -459,9 +459,10 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     data = _training_data(c, hb, spark_scope)
     _check(hb)
     search_result = _search(c, hb, est, params, data)
-    lo = 0.05 if search_result is None else 0.5
+    auto_info = _spark_auto(c, hb, est, params, data)
+    lo = 0.05 if search_result is None and auto_info is None else 0.5
     hb.report(lo, "training")
-    est, train_seconds = _train(hb, est, params, seed, data, lo, spark_scope)
+    est, train_seconds = _train(hb, est, params, seed, data, lo, spark_scope, auto_info)
     _check(hb)
     hb.report(0.92, "evaluating")
     metrics, margin = evaluate(est, data.X_test, data.y_test)
@@ -514,10 +515,28 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
     return search_result
 
 
+def _spark_auto(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
+                data: _TrainData) -> dict[str, Any] | None:
+    """A Spark job's "auto" parameters chosen here as a local job's fit chooses them
+    (``worker.spark_auto``); their values go into ``params``. None when there are none."""
+    from worker import spark_auto
+
+    if data.spark_job is None or not spark_auto.has_auto(params):
+        return None
+    from app.services import storage
+
+    hb.report(0.05, "auto search")
+    return spark_auto.choose(est, storage.dataset_dir(c.dataset_id), data.train_rows, params,
+                             progress=lambda f, m: hb.report(0.05 + 0.45 * f, m),
+                             should_stop=hb.should_stop)
+
+
 def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _TrainData,
-           lo: float, spark_scope: contextlib.ExitStack) -> tuple[Any, float]:
+           lo: float, spark_scope: contextlib.ExitStack,
+           auto_info: dict[str, Any] | None = None) -> tuple[Any, float]:
     """Fit locally or on Spark (the Spark session ends with it), reporting progress in
-    ``[lo, 0.9]``; the fitted estimator and the seconds it took."""
+    ``[lo, 0.9]``; the fitted estimator and the seconds it took. ``auto_info``: a Spark
+    job's search record, kept in the model's ``fit_info`` with the fit's CPU seconds."""
 
     def progress(fraction: float, message: str, record: dict | None = None) -> None:
         hb.report(lo + (0.9 - lo) * float(fraction), message,
@@ -525,9 +544,14 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
     t0 = time.perf_counter()
     if data.spark_job is not None:
-        est = data.spark_job.fit({k: v for k, v in params.items() if k != "random_state"},
-                                 seed, rows=data.train_rows, progress=progress)
+        from solver.cputime import CpuClock
+        from worker import spark_auto
+
+        with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)
+            est = data.spark_job.fit({k: v for k, v in params.items() if k != "random_state"},
+                                     seed, rows=data.train_rows, progress=progress)
         spark_scope.close()  # the Spark session ends with the training
+        spark_auto.record(est, auto_info or {}, clock.seconds)
     else:
         est.fit(data.X_train, data.y_train, progress=progress, should_stop=hb.should_stop)
     return est, time.perf_counter() - t0

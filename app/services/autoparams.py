@@ -1,11 +1,11 @@
 """The service's automatic hyperparameters: ``POST /train`` leaves ``lam``, ``gamma`` and
 ``theta`` to the estimators' "auto" search (``solver.autotune``) unless the request sets them.
 
-Two exceptions, where omitted parameters keep the estimator's fixed defaults and an explicit
-"auto" is refused (422 naming the field): a request with ``search`` (a grid search is the
-user's own tuning, and an "auto" inside it would run one search per grid point and fold),
-and the Spark backend (the search cross-validates the exact solver on the worker; the Spark
-backend never loads the training rows there).
+On both backends: a Spark job's search runs on the worker over the same training rows, so
+the same request chooses the same values (``worker.spark_auto``). One exception, where
+omitted parameters keep the estimator's fixed defaults and an explicit "auto" is refused
+(422 naming the field): a request with ``search`` (a grid search is the user's own tuning,
+and an "auto" inside it would run one search per grid point and fold).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ __all__ = ["SERVICE_DEFAULTS", "auto_defaults", "auto_conflict"]
 SERVICE_DEFAULTS = {name: AUTO for name in AUTO_PARAMS}
 
 
-def auto_defaults(estimator_cls: type, params: dict[str, Any], *, backend: str,
+def auto_defaults(estimator_cls: type, params: dict[str, Any], *,
                   searching: bool) -> dict[str, Any]:
     """``params`` plus ``"auto"`` for each of lam / gamma / theta that the estimator has and
     the request leaves out (gamma only for the RBF and polynomial kernels)."""
     out = dict(params)
-    if backend == "spark" or searching:
+    if searching:
         return out
     known = estimator_cls().get_params(deep=False)
     kernel = params.get("kernel", known.get("kernel"))
@@ -36,13 +36,10 @@ def auto_defaults(estimator_cls: type, params: dict[str, Any], *, backend: str,
     return out
 
 
-def auto_conflict(params: dict[str, Any], *, backend: str,
+def auto_conflict(params: dict[str, Any], *,
                   grid: dict[str, list[Any]] | None) -> tuple[str, str] | None:
     """``(field, message)`` when "auto" is asked where it cannot run, else None."""
     autos = [k for k in AUTO_PARAMS if params.get(k) == AUTO]
-    if autos and backend == "spark":
-        return (f"params.{autos[0]}", f"{autos[0]}='auto' runs its search on the local "
-                "backend only; give a value for the Spark backend")
     if grid is not None:
         if autos:
             return (f"params.{autos[0]}", f"{autos[0]}='auto' is a search of its own; give "

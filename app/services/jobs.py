@@ -79,7 +79,7 @@ def validate_request(body: TrainRequestBase) -> None:
     settings = get_settings()
     try:
         build_estimator(body.algorithm, body.param_values(), body.seed)
-        conflict = auto_conflict(body.param_values(), backend=body.backend,
+        conflict = auto_conflict(body.param_values(),
                                  grid=None if body.search is None else body.search.grid)
         if conflict is not None:
             raise ParamError(*conflict)
@@ -172,7 +172,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
     job = Job(
         tenant_id=tenant.id, dataset_id=ds.id, test_dataset_id=body.test_dataset_id,
         algorithm=body.algorithm, backend=body.backend, request=body.stored(),
-        params=auto_defaults(estimator_class(body.algorithm), params, backend=body.backend,
+        params=auto_defaults(estimator_class(body.algorithm), params,
                              searching=body.search is not None),
         model_name=body.name or default_model_name(ds.name, body.algorithm), state=JobState.QUEUED,
         progress_fraction=0.0, progress_message="queued", history=[], attempt=0,

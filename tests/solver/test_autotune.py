@@ -63,7 +63,7 @@ def test_fit_info_records_the_search(fitted):
     assert fitted.fit_info_["params"] == chosen
     # CPU seconds of the search and of the final fit, and the budget they were held to
     assert 0 < a["cpu_seconds"] <= a["budget_allowed_cpu_seconds"]
-    assert a["within_budget"] is True and a["final_fit_cpu_seconds"] > 0
+    assert a["within_budget"] is True and a["final_fit_cpu_seconds"] >= 0
     assert a["budget_allowed_cpu_seconds"] == max(10.0, 3 * a["final_fit_cpu_seconds"])
 
 
@@ -221,3 +221,18 @@ def test_choices_do_not_depend_on_the_clock():
     assert fast.stop_reason == "budget"
     assert fast.predicted_cpu_seconds <= fast.budget_cpu_seconds + fast.rungs[0][
         "predicted_cpu_seconds"]
+
+
+def test_choose_auto_is_the_search_of_fit(heart, fitted):
+    """``choose_auto`` (what a Spark job's worker runs before Spark fits) records the same
+    search as ``fit`` and chooses the same values; nothing "auto": None."""
+    X, y = heart
+    info = SODMClassifier(**AUTO, random_state=0).choose_auto(X, y)
+    a = fitted.fit_info_["auto"]
+    def scores(table):  # every entry but the measured seconds
+        return [{k: v for k, v in r.items() if k != "cpu_seconds"} for r in table]
+
+    assert info["chosen"] == a["chosen"] and scores(info["cv_table"]) == scores(a["cv_table"])
+    assert "final_fit_cpu_seconds" not in info
+    assert SODMClassifier(lam=1.0, gamma=0.1, theta=0.2).choose_auto(X, y) is None
+    assert SODMClassifier(kernel="linear", gamma="auto").choose_auto(X, y) is None

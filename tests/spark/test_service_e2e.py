@@ -39,8 +39,8 @@ pytestmark = pytest.mark.spark
 
 SEED = 11
 # numeric gamma: the Spark run repeats the local arithmetic (decision values within 1e-6);
-# every searched parameter given: a local job fills the ones left out with "auto", which
-# the Spark backend does not take (it keeps the defaults)
+# every searched parameter given (test_auto_parameters_on_spark_give_the_local_model leaves
+# them to "auto")
 SPARK_PARAMS = {"kernel": "rbf", "gamma": 0.5, "levels": 2, "n_strata": 6, "lam": 100.0,
                 "theta": 0.2}
 # One Spark operation (levels=0: one global solve) that runs for many minutes unless it is
@@ -223,6 +223,26 @@ def test_spark_job_predicts_like_local_backend(sclient, spark_worker, heart, dat
     X, y = load_libsvm(datasets_dir, "heart_scale", heart["n_features"])
     model = assert_same_model(sclient, done, local, X)
     assert model["metrics"]["n_test"] == 68 and model["metrics"]["accuracy"] > 0.7
+
+
+def test_auto_parameters_on_spark_give_the_local_model(sclient, spark_worker, heart,
+                                                       datasets_dir):
+    """lam "auto", gamma and theta left out: both backends choose them by the same search on
+    the same training rows (test_fraction's split), and Spark fits the local model."""
+    params = {k: v for k, v in SPARK_PARAMS.items() if k not in ("gamma", "theta")}
+    body = {"dataset_id": heart["id"], "params": {**params, "lam": "auto"}, "seed": SEED,
+            "test_fraction": 0.25}
+    done, local = _both_backends(sclient, body)
+    assert done["params"]["theta"] == "auto" and done["backend"] == "spark"
+    X, _ = load_libsvm(datasets_dir, "heart_scale", heart["n_features"])
+    model = assert_same_model(sclient, done, local, X)
+    ml = sclient.get(f"/models/{local['model_id']}").json()
+    sa, la = model["fit_info"]["auto"], ml["fit_info"]["auto"]
+    assert sa["chosen"] == la["chosen"] and sa["auto"] == ["lam", "gamma", "theta"]
+    assert [r["mean_accuracy"] for r in sa["cv_table"]] == \
+        [r["mean_accuracy"] for r in la["cv_table"]]
+    assert sa["final_fit_cpu_seconds"] >= 0 and "within_budget" in sa
+    assert {k: model["params"][k] for k in ("lam", "gamma", "theta")} == la["chosen"]
 
 
 def test_multiclass_on_connect(sclient, spark_worker, three, datasets_dir):
