@@ -27,22 +27,25 @@ def local_fit(params: dict[str, Any], seed: int, X: Any, y: np.ndarray) -> SODMC
         return SODMClassifier(**params, random_state=seed).fit(X, y)
 
 
-def three_classes(datasets_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """heart_scale with string labels in three classes (label +1 split by row parity)."""
-    X, y = load_libsvm(datasets_dir, "heart_scale")
-    idx = np.where(y < 0, 0, np.where(np.arange(len(y)) % 2 == 0, 1, 2))
+def three_classes(datasets_dir: Path, name: str = "heart_scale"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """A binary dataset (heart_scale) with string labels in three classes (the larger
+    label split by row parity)."""
+    X, y = load_libsvm(datasets_dir, name)
+    idx = np.where(y == y.min(), 0, np.where(np.arange(len(y)) % 2 == 0, 1, 2))
     return X, np.asarray(CLASSES)[idx]
 
 
-def upload_three_classes(client: httpx.Client, datasets_dir: Path) -> dict[str, Any]:
+def upload_three_classes(client: httpx.Client, datasets_dir: Path,
+                         name: str = "heart_scale") -> dict[str, Any]:
     """:func:`three_classes` uploaded as CSV (header ``f0..``, ``label``)."""
-    X, y = three_classes(datasets_dir)
+    X, y = three_classes(datasets_dir, name)
     buf = io.StringIO()
     buf.write(",".join([f"f{j}" for j in range(X.shape[1])] + ["label"]) + "\n")
     for row, label in zip(X, y, strict=True):
         buf.write(",".join(repr(float(v)) for v in row) + f",{label}\n")
     r = client.post("/datasets", files={"file": ("three.csv", buf.getvalue().encode())},
-                    data={"format": "csv", "name": "heart-three"})
+                    data={"format": "csv", "name": f"{name}-three"})
     assert r.status_code == 201, r.text
     return r.json()
 

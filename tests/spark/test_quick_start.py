@@ -25,7 +25,8 @@ from tests.spark.helpers import local_fit
 
 pytestmark = [pytest.mark.spark, pytest.mark.stack]
 
-PARAMS = {"kernel": "rbf", "gamma": 0.5, "levels": 1, "n_strata": 4, "lam": 100.0}
+PARAMS = {"kernel": "rbf", "gamma": 0.5, "levels": 1, "n_strata": 4, "lam": 100.0,
+          "theta": 0.2}  # all three given: nothing left to "auto"
 SEED = 3
 # what the quick start must not inherit from the test session
 DROP = ("DATABASE_URL", "CELERY_BROKER_URL", "SODM_DATA_DIR", "SODM_CELERY_QUEUE",

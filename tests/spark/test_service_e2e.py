@@ -45,8 +45,8 @@ SPARK_PARAMS = {"kernel": "rbf", "gamma": 0.5, "levels": 2, "n_strata": 6, "lam"
                 "theta": 0.2}
 # One Spark operation (levels=0: one global solve) that runs for many minutes unless it is
 # interrupted: a tolerance the solver never reaches on svmguide1 and a large epoch budget.
-LONG_SPARK = {"kernel": "rbf", "gamma": 10.0, "lam": 1e8, "tol": 1e-12, "max_iter": 100_000,
-              "levels": 0}
+LONG_SPARK = {"kernel": "rbf", "gamma": 10.0, "lam": 1e8, "theta": 0.2, "tol": 1e-12,
+              "max_iter": 100_000, "levels": 0}
 
 
 @pytest.fixture(scope="module")
@@ -184,16 +184,18 @@ def test_classic_master_worker_trains_and_leaves_no_jvm(sclient, start_worker, t
 def test_standalone_cluster_trains_like_local(sclient, start_worker, spark_standalone, three,
                                               heart, datasets_dir):
     """``SODM_SPARK_MASTER=spark://...`` (a standalone master and two 1-core workers, the
-    compose profile's layout): a binary and a three-class request each give the local
-    backend's model, the executors running in the cluster's JVMs. Before the Connect worker
-    exists, so this worker is the only consumer of the queue."""
+    compose profile's layout): a binary request and a three-class grid search each give the
+    local backend's model, the executors running in the cluster's JVMs. Before the Connect
+    worker exists, so this worker is the only consumer of the queue."""
     w = start_worker(SODM_SPARK_MASTER=spark_standalone, SPARK_LOCAL_IP="127.0.0.1",
                      **ONE_BLAS_THREAD)
     try:
         params = {**SPARK_PARAMS, "levels": 1}
+        grid = {"grid": {"theta": [0.2, 0.5]}, "folds": 2}
         for ds, name in ((heart, "heart_scale"), (three, None)):
-            done, local = _both_backends(sclient, {"dataset_id": ds["id"], "params": params,
-                                                   "seed": SEED, "test_fraction": 0.25})
+            body = {"dataset_id": ds["id"], "params": params, "seed": SEED,
+                    "test_fraction": 0.25, **({} if name else {"search": grid})}
+            done, local = _both_backends(sclient, body)
             assert all(h["backend"] == "spark" for h in done["history"])
             # a standalone master names its applications app-<time>-<n> (local mode: local-)
             spark = done["progress"]["spark"]
@@ -203,6 +205,10 @@ def test_standalone_cluster_trains_like_local(sclient, start_worker, spark_stand
                  else three_classes(datasets_dir)[0])
             model = assert_same_model(sclient, done, local, X)
             assert len(model["classes"]) == (2 if name else len(CLASSES))
+            if name is None:  # the folds scored what the local backend's folds scored
+                ml = sclient.get(f"/models/{local['model_id']}").json()
+                assert model["metrics"]["search"]["results"] == \
+                    ml["metrics"]["search"]["results"]
     finally:
         w.stop()
 
@@ -267,6 +273,34 @@ def test_cancel_stops_the_spark_work(sclient, spark_worker, guide, spark_connect
     assert done["state"] == "CANCELLED" and done["model_id"] is None
     _wait_running(ui, sid, False, 30, "Spark job stopped")
     assert spark_worker.proc.poll() is None and len(spark_worker.children()) == 1
+
+
+def test_cancel_reaches_a_later_one_vs_rest_problem(sclient, spark_worker, datasets_dir,
+                                                    spark_connect_server):
+    """Three classes: the cancel comes while the second problem's Spark solve runs (the
+    first one's records are in), and stops that solve; no third problem starts."""
+    three_guide = upload_three_classes(sclient, datasets_dir, "svmguide1")
+    # a bounded version of LONG_SPARK: each one-vs-rest problem is one global solve of
+    # max_iter epochs (the tolerance is never reached), about 30 s each here
+    params = {**LONG_SPARK, "max_iter": 4000}
+    job = submit(sclient, {"dataset_id": three_guide["id"], "backend": "spark",
+                           "params": params, "seed": SEED, "name": "three-cancel"})
+    deadline = time.monotonic() + 600
+    while True:  # the first problem's solve reported its end: the second one runs
+        cur = sclient.get(f"/jobs/{job['id']}").json()
+        if "(1/3)" in cur["progress"]["message"] or cur["state"] not in (
+                "QUEUED", "RUNNING") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert cur["state"] == "RUNNING" and "(1/3)" in cur["progress"]["message"], cur
+    sid = session_id_for(job["id"], 1)
+    ui = spark_connect_server.ui_url
+    _wait_long_job(ui, sid, 300, "the second problem's solve runs on Spark")
+    assert sclient.post(f"/jobs/{job['id']}/cancel").status_code == 202
+    done = wait_job(sclient, job["id"], timeout=120)
+    assert done["state"] == "CANCELLED" and done["model_id"] is None
+    assert "(3/3)" not in done["progress"]["message"]
+    _wait_running(ui, sid, False, 30, "Spark job stopped")
 
 
 def test_killed_worker_spark_work_is_interrupted(sclient, spark_worker, guide,
