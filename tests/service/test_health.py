@@ -129,3 +129,26 @@ def test_cors_closed_by_default_and_opened_by_setting(monkeypatch) -> None:
     finally:
         monkeypatch.delenv("SODM_CORS_ORIGINS")
         get_settings.cache_clear()
+
+
+def test_the_api_paces_garbage_collection_and_an_in_process_app_restores_it() -> None:
+    """The lifespan freezes the startup objects and raises the young-generation threshold
+    (a full collection stalled every in-flight request, docs/serving.md); stopping an
+    in-process app leaves the collector as it found it."""
+    import gc
+
+    from fastapi.testclient import TestClient
+
+    from app.config import get_settings
+    from app.main import GC_THRESHOLDS, create_app
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # the interpreter's defaults
+    try:
+        get_settings.cache_clear()
+        with TestClient(create_app()) as c:
+            assert c.get("/livez").status_code == 200
+            assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+    finally:
+        gc.set_threshold(*before)
