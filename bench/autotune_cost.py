@@ -8,11 +8,11 @@ per row) and ``q`` binary problems is predicted to cost::
     seconds(m) = q * (FIT_OVERHEAD + UNIT_SECONDS * m**a * (d + FEATURE_OFFSET))
 
 with ``a = 2`` for the kernels and ``a = 1`` for the linear kernel. This command fits the
-constants: it times 3-fold CV fits (one BLAS thread, process CPU seconds) of
-``ODMClassifier`` at several row counts and hyperparameters of the grid on the shared
-datasets, and prints least-squares values of ``FIT_OVERHEAD`` and ``UNIT_SECONDS`` (per
-kernel family; ``fit_constants``) for a given ``FEATURE_OFFSET``, with each measurement's
-ratio of predicted to measured seconds::
+constants: it times single fits (what one CV fold costs; one BLAS thread, process CPU
+seconds) of ``ODMClassifier`` at several row counts and points of the grid on the shared
+datasets, and prints ``FIT_OVERHEAD`` and ``UNIT_SECONDS`` per kernel family (the pair with
+the smallest mean log error, ``fit_constants``) for a given ``FEATURE_OFFSET``, with each
+measurement's ratio of predicted to measured seconds::
 
     PYTHONPATH=. .venv/bin/python -m bench.autotune_cost [--out docs/bench-runs/autotune-cost.json]
 

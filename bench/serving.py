@@ -72,30 +72,26 @@ from app.services.apikeys import create_key
 rel = "models/bench.sodm"
 (data_dir / "models").mkdir(parents=True, exist_ok=True)
 shutil.copyfile(model_file, data_dir / rel)
-import ast, io, zipfile
+import io, zipfile
+import solver
 from solver.model_io import load_model
-try:
-    load_model(data_dir / rel)
-except ValueError as exc:
-    # an older tree: estimator options added since, at their off value (None / False), do
-    # not change the model; the file is rewritten without them, arrays unchanged
-    msg = str(exc)
-    if "unknown estimator parameters" not in msg:
-        raise
-    unknown = set(ast.literal_eval(msg[msg.index("["):]))
-    with zipfile.ZipFile(model_file) as zin:
-        header = json.loads(zin.read("header.json"))
+with zipfile.ZipFile(model_file) as zin:
+    header = json.loads(zin.read("header.json"))
+    known = set(getattr(solver, header["estimator"])().get_params(deep=False))
+    unknown = set(header["params"]) - known
+    if unknown:
+        # an older tree: estimator options added since, at their off value (None / False),
+        # do not change the model; the file is rewritten without them, arrays unchanged
         if any(header["params"][k] not in (None, False) for k in unknown):
-            raise
-        header["params"] = {k: v for k, v in header["params"].items() if k not in unknown}
+            raise SystemExit(f"the model sets options this tree lacks: {sorted(unknown)}")
+        header["params"] = {k: v for k, v in header["params"].items() if k in known}
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zout:
             for info in zin.infolist():
-                data = zin.read(info)
                 zout.writestr(info, json.dumps(header).encode()
-                              if info.filename == "header.json" else data)
-    (data_dir / rel).write_bytes(buf.getvalue())
-    load_model(data_dir / rel)
+                              if info.filename == "header.json" else zin.read(info))
+        (data_dir / rel).write_bytes(buf.getvalue())
+load_model(data_dir / rel)
 sha = hashlib.sha256((data_dir / rel).read_bytes()).hexdigest()
 with session_scope() as s:
     tenant, key = create_key(s, "bench")

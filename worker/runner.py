@@ -242,9 +242,7 @@ def _spark_rows(c: ClaimedJob) -> tuple[np.ndarray | None, np.ndarray, Any, np.n
         n_features = int(storage.read_meta(ddir)["n_features"])
         return None, y, _fit_width(X_test, n_features), y_test
     train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
-    held = np.zeros(len(y), dtype=bool)
-    held[test_idx] = True
-    X_test, y_test = storage.load_dataset(ddir, keep=lambda rid: held[rid])
+    X_test, y_test = storage.load_rows(ddir, test_idx)
     return train_idx, y[train_idx], X_test, y_test
 
 
@@ -551,7 +549,7 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
             est = data.spark_job.fit({k: v for k, v in params.items() if k != "random_state"},
                                      seed, rows=data.train_rows, progress=progress)
         spark_scope.close()  # the Spark session ends with the training
-        spark_auto.record(est, auto_info or {}, clock.seconds)
+        spark_auto.record(est, auto_info, clock.seconds)
     else:
         est.fit(data.X_train, data.y_train, progress=progress, should_stop=hb.should_stop)
     return est, time.perf_counter() - t0

@@ -53,13 +53,10 @@ def spark_fit_score(spark_job: Any, params: dict[str, Any], seed: int | None,
 
     ids = np.arange(len(y_train)) if train_rows is None else np.asarray(train_rows)
     base = {k: v for k, v in params.items() if k != "random_state"}
-    n_rows = int(storage.read_meta(spark_job.dataset_dir)["n_rows"])
 
     def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
         cand = spark_job.fit({**base, **point}, seed, rows=ids[tr])
-        keep = np.zeros(n_rows, dtype=bool)
-        keep[ids[va]] = True
-        X_va, _ = storage.load_dataset(spark_job.dataset_dir, keep=lambda rid: keep[rid])
+        X_va, _ = storage.load_rows(spark_job.dataset_dir, ids[va])
         return float(cand.score(X_va, y_train[va]))
 
     return fit_score

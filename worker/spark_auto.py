@@ -16,39 +16,35 @@ from typing import Any
 
 import numpy as np
 
-from solver.autotune import AUTO, AUTO_PARAMS, with_final_fit
+from solver.autotune import AUTO_PARAMS, is_auto, with_final_fit
 
 __all__ = ["has_auto", "choose", "record"]
 
 
 def has_auto(params: dict[str, Any]) -> bool:
-    return any(params.get(k) == AUTO for k in AUTO_PARAMS)
+    return any(is_auto(params.get(k)) for k in AUTO_PARAMS)
 
 
 def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None,
            params: dict[str, Any], *, progress: Callable[[float, str], None],
-           should_stop: Callable[[], bool]) -> dict[str, Any]:
+           should_stop: Callable[[], bool]) -> dict[str, Any] | None:
     """Run ``est``'s search on the job's training rows (``train_rows``: row ids, None for
     every row) and put the chosen values of the "auto" parameters into ``params``; the
-    search's record (``fit_info["auto"]`` without the final fit)."""
+    search's record (``fit_info["auto"]`` without the final fit), None when there was
+    nothing to search (gamma "auto" with the linear kernel is unused)."""
     from app.services import storage
 
-    if train_rows is None:
-        X, y = storage.load_dataset(dataset_dir)
-    else:
-        keep = np.zeros(int(storage.read_meta(dataset_dir)["n_rows"]), dtype=bool)
-        keep[np.asarray(train_rows)] = True
-        X, y = storage.load_dataset(dataset_dir, keep=lambda rid: keep[rid])
+    X, y = (storage.load_dataset(dataset_dir) if train_rows is None
+            else storage.load_rows(dataset_dir, train_rows))
     info = est.choose_auto(X, y, progress=lambda f, m, _r: progress(f, m),
                            should_stop=should_stop)
-    if info is None:  # nothing to search (gamma "auto" with the linear kernel is unused)
-        return {}
-    params.update({name: info["chosen"][name] for name in info["auto"]})
+    if info is not None:
+        params.update({name: info["chosen"][name] for name in info["auto"]})
     return info
 
 
-def record(est: Any, info: dict[str, Any], final_cpu: float) -> None:
+def record(est: Any, info: dict[str, Any] | None, final_cpu: float) -> None:
     """Put the search's record, with the Spark fit's CPU seconds, in the model's
     ``fit_info`` as a local fit does."""
-    if info:
+    if info is not None:
         est.fit_info_["auto"] = with_final_fit(info, final_cpu)

@@ -250,6 +250,14 @@ def load_labels(directory: Path | str) -> np.ndarray:
     return _labels(table, read_meta(directory))
 
 
+def load_rows(directory: Path | str, row_ids: np.ndarray
+              ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
+    """:func:`load_dataset` of the rows ``row_ids`` only (streamed, in ``row_id`` order)."""
+    keep = np.zeros(int(read_meta(directory)["n_rows"]), dtype=bool)
+    keep[np.asarray(row_ids)] = True
+    return load_dataset(directory, keep=lambda rid: keep[rid])
+
+
 def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarray] | None = None
                  ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """Read a stored dataset: ``(X, y)`` with X dense float64 (n, d) or CSR for the sparse
