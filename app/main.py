@@ -80,8 +80,9 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     threading.Thread(target=ingest_process.warm, daemon=True, name="sodm-ingest-warm").start()
     # Garbage collection paced for serving (docs/serving.md): the objects of startup
     # (modules, schemas, routes) live as long as the process, so they leave the collector's
-    # sight, and young collections run every 50,000 allocations instead of 700; a full
-    # collection otherwise stalled all requests for ~0.2 s (p99 at 50 connections).
+    # sight, and young collections run every 50,000 allocations instead of 700; full
+    # collections otherwise stalled every request at once (the p99 at 50 connections,
+    # docs/serving.md).
     thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
