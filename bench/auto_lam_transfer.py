@@ -17,24 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import warnings
 from typing import Any
 
+from bench.auto_params import design_split
 from bench.data import DATASETS, load_split
 
 DEFAULT_BETAS = (0.0, 0.5, 1.0)
 
 
 def run_dataset(name: str, betas: tuple[float, ...], seed: int) -> dict[str, Any]:
-    from sklearn.model_selection import train_test_split
-
     from solver import SODMClassifier
     from solver.cputime import CpuClock
 
     sp = load_split(name, seed=seed)
-    X, Xv, y, yv = train_test_split(sp.X_train, sp.y_train, test_size=0.2,
-                                    stratify=sp.y_train, random_state=1)
+    X, Xv, y, yv = design_split(sp.X_train, sp.y_train)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         info = SODMClassifier(lam="auto", gamma="auto", theta="auto",
@@ -91,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(__import__("sys").argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))

@@ -101,13 +101,19 @@ def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
             "n_evaluations": int(len(search.cv_results_["iter"]))}
 
 
-def run_dataset(name: str, design: bool, seed: int) -> dict[str, Any]:
+def design_split(X, y) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """``(X_fit, X_val, y_fit, y_val)``: validation rows carved from the training split
+    (stratified 80/20, seed 1), so that no test file is read."""
     from sklearn.model_selection import train_test_split
 
+    return train_test_split(X, y, test_size=0.2, stratify=y, random_state=1)
+
+
+def run_dataset(name: str, design: bool, seed: int) -> dict[str, Any]:
     sp = load_split(name, seed=seed)
     X, y = sp.X_train, sp.y_train
-    if design:  # validation rows carved from the training split; no test file is read
-        X, Xt, y, yt = train_test_split(X, y, test_size=0.2, stratify=y, random_state=1)
+    if design:
+        X, Xt, y, yt = design_split(X, y)
     else:
         Xt, yt = sp.X_test, sp.y_test
     odm = _auto_odm(X, y, Xt, yt, seed)
