@@ -12,7 +12,8 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    a stratified subsample of ``n / eta^k`` rows (the smallest such size of at least
    ``min_rows``; all rows when there are fewer than ``eta * min_rows``), the best ``1/eta`` of
    them (at least two) go on to ``eta`` times more rows (nested subsamples, the last one all
-   rows), until all rows are used or the next rung would not fit the budget.
+   rows), until all rows are used or the next rung would not fit the budget. A rung that
+   would not fit whole takes the best of the promoted candidates that do (at least two).
 3. **Local refinement** on the last rung's rows: a pattern search around the best point,
    steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
    steps, while the budget lasts.
@@ -318,11 +319,14 @@ class _Search:
         stop = "all rows used"
         for r, rows in enumerate(sizes):
             if r > 0:
-                # this rung and one refinement round (two neighbours per axis) must fit
-                need = (len(cands) + 2 * max(1, len(self.auto))) * self.cv_seconds(rows)
-                if need > self.left():
+                # this rung and one refinement round (two neighbours per axis) must fit;
+                # when the whole rung does not, the best promoted candidates that do go on
+                each = self.cv_seconds(rows)
+                fits = int((self.left() - 2 * max(1, len(self.auto)) * each) // each)
+                if fits < s.keep_min:
                     stop = "budget"
                     break
+                cands = cands[:fits]
             t_rung = time.process_time()
             scored = []
             for i, p in enumerate(cands):
@@ -421,9 +425,8 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                        seed=seed,
                        settings=s, should_stop=should_stop, progress=progress,
                        solve_rows=solve_rows)
-        # One BLAS thread: the CV problems are small, and idle OpenBLAS threads spin (a
-        # 333-row Newton step took 0.1-0.4 s with two threads on a busy 2-core machine
-        # and 2 ms with one).
+        # One BLAS thread: the CV problems are small and idle OpenBLAS threads spin
+        # (docs/auto-params.md, "One BLAS thread").
         import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
         from threadpoolctl import threadpool_limits
 

@@ -145,6 +145,35 @@ def test_budget_stops_the_search():
     assert {r["stage"] for r in res.table} == {"halving 0"}
 
 
+def test_a_rung_that_does_not_fit_whole_takes_the_best_that_do():
+    """A budget between "first rung only" and "the whole second rung" runs the second rung
+    on the best of the promoted candidates that fit it; with room for fewer than two (after
+    one refinement round's reserve) the search stops after the first rung."""
+    X, y = checkerboard(1500, 2)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+
+    def run(budget: float):
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={"theta": 0.2},
+                      auto=("lam", "gamma"), seed=0,
+                      settings=SearchSettings(budget_floor_seconds=budget, budget_factor=0.0))
+
+    whole = run(1e6)
+    assert [(r["rows"], r["candidates"]) for r in whole.rungs] == [(500, 35), (1500, 12)]
+    first = whole.rungs[0]["predicted_cpu_seconds"]
+    each = whole.rungs[1]["predicted_cpu_seconds"] / 12
+    # room for 5 candidates after the reserve of one refinement round (2 x 2 neighbours)
+    part = run(first + (4 + 5.5) * each)
+    assert [(r["rows"], r["candidates"]) for r in part.rungs] == [(500, 35), (1500, 5)]
+    rung0 = sorted((r for r in part.table if r["stage"] == "halving 0"),
+                   key=lambda r: (-r["mean_accuracy"], r["lam"], r["gamma"]))
+    promoted = {(r["lam"], r["gamma"]) for r in part.table if r["stage"] == "halving 1"}
+    assert promoted == {(r["lam"], r["gamma"]) for r in rung0[:5]}
+    # room for one: not worth a rung
+    short = run(first + (4 + 1.5) * each)
+    assert [r["rows"] for r in short.rungs] == [500] and short.stop_reason == "budget"
+
+
 def test_too_few_rows_per_class_falls_back_to_defaults():
     X = np.array([[0.0], [1.0], [2.0], [3.0]])
     y = np.array([0, 0, 0, 1])
