@@ -305,3 +305,14 @@ def poly_combination(G, gamma, coef0, degree, coef, out):
             kv = _poly(g[j], gamma, coef0, degree)
             for c in range(k):
                 out[i, c] += kv * coef[j, c]
+
+
+# ------------------------------------------------------------------ factorization input
+@njit(cache=True)
+def drop_and_scale(A, tau, s):
+    """``A_ij = 0`` where ``|A_ij| < tau``, else ``s * A_ij``, in place (no temporaries)."""
+    n, m = A.shape
+    for i in range(n):
+        a = A[i]
+        for j in range(m):
+            a[j] = 0.0 if abs(a[j]) < tau else s * a[j]

@@ -24,6 +24,7 @@ reproduces them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -199,6 +200,7 @@ class FaceSystems:
         self.base: np.ndarray | None = None  # the factored face (row indices)
         self.base_D = np.zeros(0)
         self.fac = None
+        self.root = 1.0  # the base factor is that of root**2 * A (see _refactor)
         self.pos = np.full(store.m, -1, dtype=np.int64)  # row -> position in the base
         # columns of the base's inverse computed so far (base position -> index in ycols)
         self.ycol = np.full(store.m, -1, dtype=np.int64)
@@ -258,17 +260,29 @@ class FaceSystems:
             A = buffers.empty(K_SS.shape, np.float32)
             A[...] = K_SS
         A[np.diag_indices_from(A)] += D.astype(np.float32)
+        # Subnormals: the fill-in of small entries underflows below float32's normal range,
+        # and on CPUs without fast subnormals (Intel's) the factorization then runs up to
+        # 10x slower (docs/design-notes.md). Entries below float32's resolution of the smallest
+        # diagonal are dropped (the factor only preconditions the refined solve), and the
+        # matrix is scaled by root**2 (a power of two, exact) so its largest entry is near
+        # 2**98 at most: what would underflow now lies ~29 decades further down.
+        diag = A.diagonal()
+        root = 2.0 ** max(0, min(48, int(50 - math.log2(max(float(diag.max()), 1e-30)))))
+        nk.drop_and_scale(A, np.float32(np.finfo(np.float32).eps * float(diag.min())),
+                          np.float32(root * root))
         try:
             fac = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
         except LinAlgError:
             return None
         self.n_factored += 1
         if self.store.full:  # only the full-matrix mode updates (it has K's rows at hand)
-            self.base, self.base_D, self.fac = S.copy(), D.copy(), fac
+            self.base, self.base_D, self.fac, self.root = S.copy(), D.copy(), fac, root
             self.pos[S] = np.arange(S.size)
 
         def solve(v: np.ndarray) -> np.ndarray:
-            return cho_solve(fac, v.astype(np.float32), check_finite=False)
+            # (root^2 A)^-1 (root v) = A^-1 v / root: right-hand side and solution stay in
+            # float32's normal range
+            return cho_solve(fac, (v * root).astype(np.float32), check_finite=False) * root
 
         return solve
 
@@ -280,8 +294,9 @@ class FaceSystems:
         if miss.size:
             n = self.base.size
             E = np.zeros((n, miss.size), dtype=np.float32)
-            E[miss, np.arange(miss.size)] = 1.0
+            E[miss, np.arange(miss.size)] = self.root
             cols = cho_solve(self.fac, E, check_finite=False)
+            cols *= np.float32(self.root)
             self.ycol[miss] = np.arange(len(self.ycols), len(self.ycols) + miss.size)
             self.ycols.extend(cols.T)
         return np.stack([self.ycols[c] for c in self.ycol[R]], axis=1)
@@ -290,7 +305,7 @@ class FaceSystems:
         """The float32 solve of this face from the base factor, or ``None`` when the face
         differs from the base by more than ``UPDATE_SHARE`` of its rows (or the bordered
         systems are not numerically positive definite)."""
-        base, fac, store = self.base, self.fac, self.store
+        base, fac, root, store = self.base, self.fac, self.root, self.store
         n = base.size
         p = self.pos[S]
         same = p >= 0
@@ -309,8 +324,9 @@ class FaceSystems:
 
             def solve_kept(V: np.ndarray) -> np.ndarray:
                 Z = np.zeros((n, V.shape[1]), dtype=np.float32)
-                Z[tp] = V
+                Z[tp] = V * np.float32(root)
                 Z = cho_solve(fac, Z, check_finite=False)
+                Z *= np.float32(root)
                 if R.size:
                     Z -= Y @ cho_solve(C, Z[R].astype(np.float64),
                                        check_finite=False).astype(np.float32)

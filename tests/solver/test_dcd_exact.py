@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.linalg import cho_factor
 from scipy.optimize import minimize, nnls
 from sklearn.exceptions import ConvergenceWarning
 
@@ -319,6 +320,38 @@ def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
     A = kernel_matrix(kernel, X[S]) + np.diag(D)
     assert np.abs(A @ x - t).max() <= 1e-9
     np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-6, atol=1e-6 * np.abs(x).max())
+
+
+@pytest.mark.parametrize("cache_mb", [64.0, 0.05])
+def test_a_narrow_kernel_factors_without_subnormals(cache_mb):
+    # a narrow RBF kernel: most entries of the face matrix are tiny, and the fill-in of a
+    # plain float32 Cholesky underflows to subnormals (slow on many CPUs); the face's factor
+    # (small entries dropped, matrix scaled by a power of two) has none, and the refined
+    # solve, from a new factor or from the base, is as accurate as ever
+    X, _ = _data(m=400, n=8, seed=3)
+    kernel = Kernel("rbf", gamma=60.0)
+    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
+    faces = nwt.FaceSystems(store)
+    S = np.arange(0, 400, 2, dtype=np.int64)
+    D = np.full(S.size, 1e-3)
+    A = kernel_matrix(kernel, X[S]) + np.diag(D)
+    tiny = np.finfo(np.float32).tiny
+
+    def subnormals(L: np.ndarray) -> int:
+        L = np.tril(L)
+        return int(np.sum((L != 0) & (np.abs(L) < tiny)))
+
+    assert subnormals(cho_factor(A.astype(np.float32), lower=True)[0]) > 0
+    t = np.random.default_rng(1).normal(size=S.size)
+    x = faces.solve(S, D, t, 1e-10)
+    assert np.abs(A @ x - t).max() <= 1e-10
+    if store.full:
+        assert subnormals(faces.fac[0]) == 0
+        S2 = np.concatenate((S[5:], [1, 3]))  # from the base factor: 5 rows out, 2 in
+        D2 = np.full(S2.size, 1e-3)
+        x2 = faces.solve(S2, D2, t[: S2.size], 1e-10)
+        A2 = kernel_matrix(kernel, X[S2]) + np.diag(D2)
+        assert faces.n_updated == 1 and np.abs(A2 @ x2 - t[: S2.size]).max() <= 1e-10
 
 
 @pytest.mark.parametrize("cache_mb", [64.0, 0.05])
