@@ -80,8 +80,8 @@ class CostModel:
                            + self.unit * rows ** self.exponent * (width + self.width_offset))
 
 
-KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=2.06e-10, width_offset=100.0)
-LINEAR_COST = CostModel(exponent=1.0, overhead=8.9e-4, unit=2.4e-8, width_offset=0.0)
+KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=3.29e-10, width_offset=100.0)
+LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.9e-8, width_offset=0.0)
 
 
 @dataclass(frozen=True)
