@@ -304,6 +304,14 @@ def test_direct_newton_step_reaches_the_optimum_in_both_kernel_modes(cache_mb):
     assert np.all(fast.alpha[:, 0] * fast.alpha[:, 1] == 0)
 
 
+def _face_systems(m: int, n: int, seed: int, gamma: float, cache_mb: float):
+    """Data, an RBF kernel, its column store (whole matrix or column cache) and faces."""
+    X, _ = _data(m=m, n=n, seed=seed)
+    kernel = Kernel("rbf", gamma=gamma)
+    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
+    return X, kernel, store, nwt.FaceSystems(store)
+
+
 @pytest.mark.parametrize("cache_mb", [64.0, 0.05])
 def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
     # an ill-conditioned face system (RBF Gram + 1e-4 I: condition ~1e6): the float32
@@ -328,10 +336,7 @@ def test_a_narrow_kernel_factors_without_subnormals(cache_mb):
     # plain float32 Cholesky underflows to subnormals (slow on many CPUs); the face's factor
     # (small entries dropped, matrix scaled by a power of two) has none, and the refined
     # solve, from a new factor or from the base, is as accurate as ever
-    X, _ = _data(m=400, n=8, seed=3)
-    kernel = Kernel("rbf", gamma=60.0)
-    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
-    faces = nwt.FaceSystems(store)
+    X, kernel, store, faces = _face_systems(400, 8, 3, 60.0, cache_mb)
     S = np.arange(0, 400, 2, dtype=np.int64)
     D = np.full(S.size, 1e-3)
     A = kernel_matrix(kernel, X[S]) + np.diag(D)
@@ -360,10 +365,7 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
     # the other side, i.e. a new diagonal entry) is solved from that factor in full-matrix
     # mode, refactored in column-cache mode, to the same accuracy; a face with nothing in
     # common gets a factor of its own
-    X, _ = _data(m=300, n=3, seed=7)
-    kernel = Kernel("rbf", gamma=1.0)
-    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
-    faces = nwt.FaceSystems(store)
+    X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, cache_mb)
     rng = np.random.default_rng(0)
     S = np.arange(0, 300, 2, dtype=np.int64)
     S2 = np.concatenate((S[10:], [1, 3, 5, 7]))  # 10 rows out, 4 in
