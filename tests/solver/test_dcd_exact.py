@@ -317,14 +317,12 @@ def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
     # an ill-conditioned face system (RBF Gram + 1e-4 I: condition ~1e6): the float32
     # Cholesky alone is off by ~1e-2, the refined solution meets the target residual, from
     # the whole matrix and in column-cache mode alike
-    X, _ = _data(m=300, n=3, seed=7)
-    kernel = Kernel("rbf", gamma=1.0)
-    store = ColumnStore(X, kernel, cache_mb * (1 << 20))
+    X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, cache_mb)
     assert store.full == (cache_mb == 64.0)
     S = np.arange(0, 300, 2, dtype=np.int64)
     D = np.full(S.size, 1e-4)
     t = np.random.default_rng(0).normal(size=S.size)
-    x = nwt.FaceSystems(store).solve(S, D, t, 1e-9)
+    x = faces.solve(S, D, t, 1e-9)
     A = kernel_matrix(kernel, X[S]) + np.diag(D)
     assert np.abs(A @ x - t).max() <= 1e-9
     np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-6, atol=1e-6 * np.abs(x).max())
