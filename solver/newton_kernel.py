@@ -70,7 +70,7 @@ CG_FIRST_EPOCH = 50
 # ... and only when the extrapolated epochs left exceed this (and twice the epochs spent)
 CG_MIN_REMAINING = 500
 # no CG while the face is within this factor of the direct limit: coordinate descent
-# shrinks it into direct range within a few epochs
+# shrinks it into direct range within a few epochs (unless the face has stopped shrinking)
 CG_FACE_FACTOR = 2.0
 # a CG attempt may spend up to this many epochs' worth of mat-vecs per epoch spent so far
 CG_BUDGET_PER_EPOCH = 10
@@ -149,8 +149,9 @@ class NewtonSchedule:
                 or face <= self.direct_max and face_stalled(self.face_history)):
             self.next_direct = RETRY_FACTOR * epoch
             return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
-        if self.store.full and epoch >= self.next_cg \
-                and face > CG_FACE_FACTOR * self.direct_settled:
+        if self.store.full and epoch >= self.next_cg and (
+                face > CG_FACE_FACTOR * self.direct_settled
+                or face > self.direct_max and face_stalled(self.face_history)):
             remaining = epochs_left(kkts, tol)
             if remaining > max(RETRY_FACTOR * epoch, CG_MIN_REMAINING):
                 self.next_cg = RETRY_FACTOR * epoch
@@ -190,9 +191,11 @@ class FaceSystems:
     exact matrix (the full matrix's rows, ``K[:, S] x``, or in column-cache mode a float64
     ``K_SS`` computed from X, ``|S|^2 * 12`` bytes with the factor, which always refactors)
     finishes it until the max residual is ``<= target`` or stops halving; the best iterate is
-    returned.  The residual on the face is the KKT violation there, so an unrefined solve
-    only costs the active-set loop another step; the caller accepts no point without
-    checking it.
+    returned.  On ill-conditioned faces the bordered pieces can lose too much accuracy for
+    the refinement to converge; a face solved from the base that stops above the target is
+    then factored anew and refined from there (inaccurate solves make the predicted states
+    flip on rounding noise, and the active-set loop cycles).  The caller accepts no point
+    without checking it.
     """
 
     def __init__(self, store: ColumnStore) -> None:
@@ -216,6 +219,7 @@ class FaceSystems:
         store = self.store
         buf = np.empty(store.m if store.full else S.size)
         approx = self._from_base(S, D) if store.full and self.base is not None else None
+        updated = approx is not None
         K_SS = None
         if approx is None:
             if not store.full:
@@ -233,20 +237,14 @@ class FaceSystems:
 
             def matvec(v: np.ndarray) -> np.ndarray:
                 return nk.rows_combination(K_SS, ar, v, buf)
-        r = t.copy()
-        x = np.zeros(t.size)
-        prev = best = np.inf
-        x_best = x
-        for _ in range(REFINE_MAX):
-            x = x + approx(r)
-            r = t - (matvec(x) + D * x)
-            res = float(np.abs(r).max())
-            if res < best:
-                best, x_best = res, x
-            if res <= target or not res < REFINE_MIN_GAIN * prev:
-                break
-            prev = res
-        return x_best
+        x, res = _refine(approx, matvec, D, t, np.zeros(t.size), target)
+        if res > target and updated:
+            # the bordered solve from the base lost the accuracy the refinement needs (on
+            # ill-conditioned faces its float32 pieces amplify rounding): factor this face
+            approx = self._refactor(S, D, None)
+            if approx is not None:
+                x, res = _refine(approx, matvec, D, t, x, target)
+        return x
 
     def _refactor(self, S: np.ndarray, D: np.ndarray, K_SS: np.ndarray | None):
         """Factor this face (it becomes the base); returns its float32 solve."""
@@ -358,6 +356,25 @@ class FaceSystems:
             return x
 
         return solve
+
+
+def _refine(approx, matvec, D, t, x, target: float) -> tuple[np.ndarray, float]:
+    """Iterative refinement of ``(K_SS + diag(D)) x = t`` from ``x`` with the float32 solve
+    ``approx``: the best iterate and its max residual, stopped at ``target`` or when a step
+    does not cut the residual below ``REFINE_MIN_GAIN`` of the last."""
+    r = t - (matvec(x) + D * x) if x.any() else t.copy()
+    prev = best = float(np.abs(r).max()) if x.any() else np.inf
+    x_best = x
+    for _ in range(REFINE_MAX):
+        x = x + approx(r)
+        r = t - (matvec(x) + D * x)
+        res = float(np.abs(r).max())
+        if res < best:
+            best, x_best = res, x
+        if res <= target or not res < REFINE_MIN_GAIN * prev:
+            break
+        prev = res
+    return x_best, best
 
 
 def pcg(matvec, D, pinv, t, x, target: float, max_iter: int,

@@ -304,6 +304,35 @@ def test_direct_newton_step_reaches_the_optimum_in_both_kernel_modes(cache_mb):
     assert np.all(fast.alpha[:, 0] * fast.alpha[:, 1] == 0)
 
 
+def test_a_face_the_base_factor_solves_inaccurately_is_factored_anew():
+    # lam = 1e6 and a wide kernel: faces of condition ~1e6 whose bordered solves from the
+    # base factor stall the refinement above the target; the states then cycled on rounding
+    # noise and every Newton attempt failed (1,000 epochs without converging). A face the
+    # base solves inaccurately is factored anew, and the first attempt converges.
+    X, y = _data(m=300, n=8, seed=1)
+    kernel = Kernel("rbf", gamma=0.2)
+    params = ODMParams(lam=1e6, theta=0.5)
+    res = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=1000)
+    assert res.converged and res.n_iter < 20
+    assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
+
+
+def test_a_face_too_large_to_factor_that_stops_shrinking_gets_cg():
+    # binary features (64 distinct rows out of 1,200), a narrow kernel and lam = 1e6: every
+    # row stays on the face (1,200 rows, past the 1,000 a direct step factors with an 8 MB
+    # kernel budget) and coordinate descent crawls. Once the face stops shrinking, CG runs
+    # on it even within twice the direct limit.
+    rng = np.random.default_rng(0)
+    X = (rng.random((1200, 6)) < 0.5).astype(float)
+    y = np.where(X[:, 0] - X[:, 1] + 0.8 * rng.normal(size=1200) > 0, 1.0, -1.0)
+    kernel = Kernel("rbf", gamma=5.0)
+    params = ODMParams(lam=1e6, theta=0.5)
+    res = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=1000,
+                            cache_size=8.0)
+    assert res.converged and res.n_iter < 100
+    assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
+
+
 def _face_systems(m: int, n: int, seed: int, gamma: float, cache_mb: float):
     """Data, an RBF kernel, its column store (whole matrix or column cache) and faces."""
     X, _ = _data(m=m, n=n, seed=seed)
