@@ -14,9 +14,9 @@ itself is never logged or stored; problems name only what was wrong with it.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from app.config import get_settings
 from app.models import Tenant
@@ -58,6 +58,10 @@ def _lookup(key_hash: str, key: str) -> cache.KeyEntry | None:
                           tenant.created_at)
 
 
+def _lookup_of(key_hash: str, key: str) -> Callable[[], cache.KeyEntry | None]:
+    return lambda: _lookup(key_hash, key)
+
+
 def _too_many(d: Decision, what: str) -> ProblemError:
     return ProblemError(429, "Too many requests",
                         detail=f"rate limit of {d.limit} {what} per minute exceeded; retry in "
@@ -91,15 +95,17 @@ async def current_tenant(request: Request) -> Tenant:
         await _limit_address(request, count=True)
         raise
     key_hash = hash_key(key) if looks_like_key(key) else ""
-    entry = cache.keys().get(key_hash) if key_hash else None
+    entry, due = cache.keys().lookup(key_hash) if key_hash else (None, False)
     if entry is None:
         await _limit_address(request, count=False)
-        entry = await run_in_threadpool(_lookup, key_hash, key) if key_hash else None
+        entry = await cache.key_loader().load(key_hash, _lookup_of(key_hash, key)) \
+            if key_hash else None
         if entry is None:
             await _limit_address(request, count=True)
             raise _unauthorized("the API key is unknown, malformed or revoked")
-        cache.keys().put(key_hash, entry)
         request.state.ratelimit = None
+    elif due:
+        cache.key_loader().refresh(key_hash, _lookup_of(key_hash, key))
     per_minute = get_settings().rate_limit_per_minute
     if per_minute > 0:
         route = getattr(request.scope.get("route"), "path", request.url.path)
@@ -121,13 +127,7 @@ async def key_still_valid(key: str) -> bool:
     if not looks_like_key(key):
         return False
     key_hash = hash_key(key)
-    if cache.keys().get(key_hash) is not None:
-        return True
-    entry = await run_in_threadpool(_lookup, key_hash, key)
-    if entry is None:
-        return False
-    cache.keys().put(key_hash, entry)
-    return True
+    return await cache.key_loader().get(key_hash, _lookup_of(key_hash, key)) is not None
 
 
 async def metrics_token(request: Request) -> None:

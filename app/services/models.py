@@ -125,13 +125,6 @@ def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:
 async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) -> ModelEntry:
     """``resolve`` through the model-row cache (``SODM_MODEL_ROW_CACHE_SECONDS``; dropped
     in every API process when a model of that name is deleted or added)."""
-    from starlette.concurrency import run_in_threadpool
-
-    key = (tenant.id, model_id, ref)
-    entry = cache.models().get(key)
-    if entry is not None:
-        return entry
-
     def lookup() -> ModelEntry:
         from app.db import get_read_sessionmaker
 
@@ -141,8 +134,9 @@ async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) 
                               m.file_path, m.file_sha256 or "",
                               tuple(m.feature_names) if m.feature_names else None)
 
-    entry = await run_in_threadpool(lookup)
-    cache.models().put(key, entry)
+    entry = await cache.model_loader((ProblemError,)).get((tenant.id, model_id, ref), lookup)
+    if entry is None:  # lookup raises rather than return None
+        raise _not_found(repr(ref or model_id))
     return entry
 
 
