@@ -70,8 +70,11 @@ CG_FIRST_EPOCH = 50
 # ... and only when the extrapolated epochs left exceed this (and twice the epochs spent)
 CG_MIN_REMAINING = 500
 # no CG while the face is within this factor of the direct limit: coordinate descent
-# shrinks it into direct range within a few epochs (unless the face has stopped shrinking)
+# shrinks it into direct range within a few epochs ...
 CG_FACE_FACTOR = 2.0
+# ... unless nearly every row is on the face and it has stopped shrinking: then shrinking
+# saves coordinate descent nothing, and a CG mat-vec costs about what an epoch does
+CG_WHOLE_FACE = 0.95
 # a CG attempt may spend up to this many epochs' worth of mat-vecs per epoch spent so far
 CG_BUDGET_PER_EPOCH = 10
 # when CG is not worth it yet, look again after max(CG_RECHECK_MIN, epoch / CG_RECHECK_DIV)
@@ -151,7 +154,8 @@ class NewtonSchedule:
             return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
         if self.store.full and epoch >= self.next_cg and (
                 face > CG_FACE_FACTOR * self.direct_settled
-                or face > self.direct_max and face_stalled(self.face_history)):
+                or face > self.direct_max and face >= CG_WHOLE_FACE * m
+                and face_stalled(self.face_history)):
             remaining = epochs_left(kkts, tol)
             if remaining > max(RETRY_FACTOR * epoch, CG_MIN_REMAINING):
                 self.next_cg = RETRY_FACTOR * epoch

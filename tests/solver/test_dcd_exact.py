@@ -333,6 +333,29 @@ def test_a_face_too_large_to_factor_that_stops_shrinking_gets_cg():
     assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
 
 
+@pytest.mark.parametrize(("face", "attempts"), [(1100, 0), (1150, 1)])
+def test_cg_on_a_stalled_face_within_twice_the_limit_only_when_nearly_every_row_is_on_it(
+        face, attempts):
+    # 1,210 rows, direct limit 1,000 (8 MB budget), the face stalled at `face` rows, slow
+    # progress: with most rows on the face shrinking makes epochs cheaper than CG's mat-vecs
+    # (an ijcnn1.t partition at 73 %: CG attempts took 78 s where coordinate descent took
+    # 18 s), so CG waits; with 95 % or more of them (1,150) it runs
+    m = 1210
+    X, y = _data(m=m, n=4, seed=2)
+    kernel = Kernel("rbf", gamma=5.0)
+    store = ColumnStore(X, kernel, 8.0 * (1 << 20))
+    params = ODMParams(lam=1e6, theta=0.5)
+    dz, db = params.diag_terms(m)
+    sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
+    assert store.full and sched.direct_max == 1000 < face < nwt.CG_FACE_FACTOR * 1000
+    f = y.copy()  # margins 1: inside the band
+    f[:face] = 0.0  # margins 0: outside it, on the predicted face
+    sched.face_history = [face] * 20
+    kkts = list(np.linspace(1.0, 0.95, 50))
+    sched.after_epoch(50, kkts, np.zeros((m, 2)), f, 1e-3)
+    assert sched.n_attempts == attempts
+
+
 def _face_systems(m: int, n: int, seed: int, gamma: float, cache_mb: float):
     """Data, an RBF kernel, its column store (whole matrix or column cache) and faces."""
     X, _ = _data(m=m, n=n, seed=seed)
