@@ -124,10 +124,8 @@ class Loader(Generic[V]):
         return await asyncio.shield(self.refresh(key, lookup))
 
     def refresh(self, key: Hashable, lookup: Callable[[], V | None]) -> asyncio.Task[V | None]:
-        """Start a lookup of ``key`` unless one is under way; the task either way."""
-        return self._load(key, lookup)
-
-    def _load(self, key: Hashable, lookup: Callable[[], V | None]) -> asyncio.Task[V | None]:
+        """Start a lookup of ``key`` unless one is under way; the task either way (held in
+        ``_inflight`` until it is done: the event loop keeps only weak references)."""
         loop = asyncio.get_running_loop()
         task = self._inflight.get(key)
         if task is not None and task.get_loop() is loop and not task.done():
