@@ -10,6 +10,7 @@ import time
 import pytest
 
 from app.services.cache import REFRESH_AFTER, Loader, TTLCache
+from tests.fixtures.aio import run_async
 
 
 class Lookups:
@@ -49,7 +50,7 @@ def test_concurrent_misses_of_one_key_share_one_lookup():
         lookup.release.set()
         return await asyncio.gather(*waiting)
 
-    assert asyncio.run(main()) == ["entry"] * 50
+    assert run_async(main()) == ["entry"] * 50
     assert lookup.calls == 1 and cache.get("k") == "entry"
 
 
@@ -73,7 +74,7 @@ def test_a_hit_late_in_its_life_is_served_and_renewed_in_the_background():
                 break
             await asyncio.sleep(0.01)
 
-    asyncio.run(main())
+    run_async(main())
     assert lookup.calls == 1 and cache.get("k") == "new"
     assert cache.lookup("k") == ("new", False)  # a whole TTL again
 
@@ -94,7 +95,7 @@ def test_a_refresh_that_finds_the_entry_gone_drops_it(gone):
                 return
             await asyncio.sleep(0.01)
 
-    asyncio.run(main())
+    run_async(main())
     assert cache.get("k") is None and lookup.calls == 1
 
 
@@ -111,7 +112,7 @@ def test_a_refresh_that_fails_otherwise_leaves_the_entry_to_its_ttl():
         await asyncio.sleep(0.1)
         return first
 
-    assert asyncio.run(main()) == "live"
+    assert run_async(main()) == "live"
     assert lookup.calls == 1 and cache.get("k") == "live"
 
 
@@ -127,7 +128,7 @@ def test_a_miss_whose_lookup_fails_raises_in_every_waiting_request():
         lookup.release.set()
         return await asyncio.gather(*waiting, return_exceptions=True)
 
-    results = asyncio.run(main())
+    results = run_async(main())
     assert all(isinstance(r, LookupError) for r in results) and lookup.calls == 1
     assert cache.get("k") is None
 
@@ -147,10 +148,10 @@ def test_an_invalidation_during_a_load_is_not_undone_by_it():
         lookup.release.set()
         return await waiting
 
-    assert asyncio.run(main()) == "read before the revocation"
+    assert run_async(main()) == "read before the revocation"
     assert cache.get("k") is None
     # a later load caches again
-    assert asyncio.run(loader.get("k", Lookups("fresh"))) == "fresh"
+    assert run_async(loader.get("k", Lookups("fresh"))) == "fresh"
     assert cache.get("k") == "fresh"
 
 
@@ -168,5 +169,5 @@ def test_a_cancelled_request_does_not_cancel_the_lookup_others_wait_for():
         lookup.release.set()
         return await staying
 
-    assert asyncio.run(main()) == "entry"
+    assert run_async(main()) == "entry"
     assert lookup.calls == 1 and cache.get("k") == "entry"
