@@ -241,7 +241,7 @@ class FaceSystems:
 
             def matvec(v: np.ndarray) -> np.ndarray:
                 return nk.rows_combination(K_SS, ar, v, buf)
-        x, res = _refine(approx, matvec, D, t, np.zeros(t.size), target)
+        x, res = _refine(approx, matvec, D, t, None, target)
         if res > target and updated:
             # the bordered solve from the base lost the accuracy the refinement needs (on
             # ill-conditioned faces its float32 pieces amplify rounding): factor this face
@@ -362,13 +362,18 @@ class FaceSystems:
         return solve
 
 
-def _refine(approx, matvec, D, t, x, target: float) -> tuple[np.ndarray, float]:
-    """Iterative refinement of ``(K_SS + diag(D)) x = t`` from ``x`` with the float32 solve
-    ``approx``: the best iterate and its max residual, stopped at ``target`` or when a step
-    does not cut the residual below ``REFINE_MIN_GAIN`` of the last."""
-    r = t - (matvec(x) + D * x) if x.any() else t.copy()
-    prev = best = float(np.abs(r).max()) if x.any() else np.inf
-    x_best = x
+def _refine(approx, matvec, D, t, x: np.ndarray | None, target: float
+            ) -> tuple[np.ndarray, float]:
+    """Iterative refinement of ``(K_SS + diag(D)) x = t`` from ``x`` (``None``: zero) with
+    the float32 solve ``approx``: the best iterate and its max residual, stopped at
+    ``target`` or when a step does not cut the residual below ``REFINE_MIN_GAIN`` of the
+    last."""
+    if x is None:
+        x, r, prev = np.zeros(t.size), t.copy(), np.inf
+    else:
+        r = t - (matvec(x) + D * x)
+        prev = float(np.abs(r).max())
+    best, x_best = prev, x
     for _ in range(REFINE_MAX):
         x = x + approx(r)
         r = t - (matvec(x) + D * x)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from app.problems import ProblemError
+
 V = TypeVar("V")
 
 # a hit past this share of its entry's lifetime starts a background refresh (Loader)
@@ -186,7 +188,7 @@ class ModelEntry:
 
 _keys: TTLCache[KeyEntry] | None = None
 _models: TTLCache[ModelEntry] | None = None
-_loaders: dict[str, Loader[Any]] = {}
+_loaders: dict[int, Loader[Any]] = {}
 
 
 def keys() -> TTLCache[KeyEntry]:
@@ -209,18 +211,19 @@ def models() -> TTLCache[ModelEntry]:
 
 def key_loader() -> Loader[KeyEntry]:
     """Reads through :func:`keys` (a ``None`` lookup: no such live key)."""
-    loader = _loaders.get("keys")
-    if loader is None or loader.cache is not keys():
-        loader = _loaders["keys"] = Loader(keys())
-    return loader
+    return _loader_of(keys(), ())
 
 
-def model_loader(gone: tuple[type[BaseException], ...]) -> Loader[ModelEntry]:
-    """Reads through :func:`models` (``gone``: the errors of a reference that resolves to
-    no model)."""
-    loader = _loaders.get("models")
-    if loader is None or loader.cache is not models():
-        loader = _loaders["models"] = Loader(models(), gone)
+def model_loader() -> Loader[ModelEntry]:
+    """Reads through :func:`models` (a ``ProblemError`` lookup: the reference names no
+    model, or no longer does)."""
+    return _loader_of(models(), (ProblemError,))
+
+
+def _loader_of(cache: TTLCache[V], gone: tuple[type[BaseException], ...]) -> Loader[V]:
+    loader = _loaders.get(id(cache))
+    if loader is None or loader.cache is not cache:
+        loader = _loaders[id(cache)] = Loader(cache, gone)
     return loader
 
 

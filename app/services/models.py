@@ -134,7 +134,7 @@ async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) 
                               m.file_path, m.file_sha256 or "",
                               tuple(m.feature_names) if m.feature_names else None)
 
-    entry = await cache.model_loader((ProblemError,)).get((tenant.id, model_id, ref), lookup)
+    entry = await cache.model_loader().get((tenant.id, model_id, ref), lookup)
     if entry is None:  # lookup raises rather than return None
         raise _not_found(repr(ref or model_id))
     return entry
