@@ -31,6 +31,17 @@ class Lookups:
         return self.value
 
 
+def _loader(value: object, held: bool = False
+            ) -> tuple[TTLCache[object], Loader[object], Lookups]:
+    """A loader over a fresh cache (60 s TTL; ``LookupError`` means gone) and a lookup that
+    returns or raises ``value``, held until released when ``held``."""
+    cache: TTLCache[object] = TTLCache(60.0)
+    lookup = Lookups(value)
+    if held:
+        lookup.release.clear()
+    return cache, Loader(cache, gone=(LookupError,)), lookup
+
+
 def _age(cache: TTLCache, key: str, share: float) -> None:
     """Make ``key``'s entry ``share`` of the TTL old (its expiry moved, not the clock)."""
     _, value = cache._data[key]
@@ -39,10 +50,7 @@ def _age(cache: TTLCache, key: str, share: float) -> None:
 
 def test_concurrent_misses_of_one_key_share_one_lookup():
     # an expired hot key under load: the 50 requests in flight wait for one lookup, not 50
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache)
-    lookup = Lookups("entry")
-    lookup.release.clear()
+    cache, loader, lookup = _loader("entry", held=True)
 
     async def main() -> list[object]:
         waiting = [asyncio.ensure_future(loader.get("k", lookup)) for _ in range(50)]
@@ -55,10 +63,8 @@ def test_concurrent_misses_of_one_key_share_one_lookup():
 
 
 def test_a_hit_late_in_its_life_is_served_and_renewed_in_the_background():
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache)
+    cache, loader, lookup = _loader("new")
     cache.put("k", "old")
-    lookup = Lookups("new")
 
     async def main() -> None:
         _age(cache, "k", REFRESH_AFTER / 2)  # young: no refresh
@@ -82,11 +88,9 @@ def test_a_hit_late_in_its_life_is_served_and_renewed_in_the_background():
 @pytest.mark.parametrize("gone", ["none", "error"])
 def test_a_refresh_that_finds_the_entry_gone_drops_it(gone):
     # a revoked key (lookup returns None) or a deleted model (lookup raises a "gone" error)
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache, gone=(LookupError,))
+    cache, loader, lookup = _loader(None if gone == "none" else LookupError("no such model"))
     cache.put("k", "live")
     _age(cache, "k", 0.9)
-    lookup = Lookups(None if gone == "none" else LookupError("no such model"))
 
     async def main() -> None:
         assert await loader.get("k", lookup) == "live"  # the hit that starts the refresh
@@ -101,11 +105,9 @@ def test_a_refresh_that_finds_the_entry_gone_drops_it(gone):
 
 def test_a_refresh_that_fails_otherwise_leaves_the_entry_to_its_ttl():
     # the database unreachable for a moment: the entry keeps serving until it expires
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache, gone=(LookupError,))
+    cache, loader, lookup = _loader(ConnectionError("database unreachable"))
     cache.put("k", "live")
     _age(cache, "k", 0.9)
-    lookup = Lookups(ConnectionError("database unreachable"))
 
     async def main() -> object:
         first = await loader.get("k", lookup)
@@ -117,10 +119,7 @@ def test_a_refresh_that_fails_otherwise_leaves_the_entry_to_its_ttl():
 
 
 def test_a_miss_whose_lookup_fails_raises_in_every_waiting_request():
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache, gone=(LookupError,))
-    lookup = Lookups(LookupError("no such model"))
-    lookup.release.clear()
+    cache, loader, lookup = _loader(LookupError("no such model"), held=True)
 
     async def main() -> list[object]:
         waiting = [asyncio.ensure_future(loader.get("k", lookup)) for _ in range(5)]
@@ -136,10 +135,7 @@ def test_a_miss_whose_lookup_fails_raises_in_every_waiting_request():
 def test_an_invalidation_during_a_load_is_not_undone_by_it():
     # the load read the key before it was revoked; the revocation's drop came while the load
     # was under way: what the load returns is handed to its requests but not cached
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache)
-    lookup = Lookups("read before the revocation")
-    lookup.release.clear()
+    cache, loader, lookup = _loader("read before the revocation", held=True)
 
     async def main() -> object:
         waiting = asyncio.ensure_future(loader.get("k", lookup))
@@ -156,10 +152,7 @@ def test_an_invalidation_during_a_load_is_not_undone_by_it():
 
 
 def test_a_cancelled_request_does_not_cancel_the_lookup_others_wait_for():
-    cache: TTLCache[object] = TTLCache(60.0)
-    loader: Loader[object] = Loader(cache)
-    lookup = Lookups("entry")
-    lookup.release.clear()
+    cache, loader, lookup = _loader("entry", held=True)
 
     async def main() -> object:
         leaving = asyncio.ensure_future(loader.get("k", lookup))
