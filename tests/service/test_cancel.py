@@ -29,6 +29,17 @@ def _cpu(proc: psutil.Process, seconds: float = 2.0) -> float:
     return proc.cpu_percent(None)
 
 
+def _settles_idle(proc: psutil.Process, within: float = 30.0) -> bool:
+    """Whether the process is idle (under 5 % CPU over 2 s) within ``within`` seconds: right
+    after a cancelled fit a busy VM can still show it freeing the fit's memory."""
+    deadline = time.monotonic() + within
+    while True:
+        if _cpu(proc) < 5:
+            return True
+        if time.monotonic() > deadline:
+            return False
+
+
 def test_cancel_running_and_queued(client, worker, heart, guide):
     long_job = submit(client, {"dataset_id": guide["id"], "algorithm": "odm",
                                "params": LONG_ODM, "test_fraction": 0.2})
@@ -56,7 +67,7 @@ def test_cancel_running_and_queued(client, worker, heart, guide):
     # the worker (not the API) wrote CANCELLED long before the 20k-epoch budget ran out
     assert stop_seconds < 60, f"the fit stopped {stop_seconds:.1f}s after the cancel"
     assert child.is_running() and worker.children() == [child], "same child, not killed"
-    assert _cpu(child) < 5, "the pool child is idle again"
+    assert _settles_idle(child), "the pool child is idle again"
 
     gone = client.get(f"/jobs/{queued['id']}").json()
     assert gone["state"] == "CANCELLED" and gone["attempt"] == 0 and gone["started_at"] is None
