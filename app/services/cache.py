@@ -188,7 +188,7 @@ class ModelEntry:
 
 _keys: TTLCache[KeyEntry] | None = None
 _models: TTLCache[ModelEntry] | None = None
-_loaders: dict[int, Loader[Any]] = {}
+_loaders: dict[str, Loader[Any]] = {}
 
 
 def keys() -> TTLCache[KeyEntry]:
@@ -211,19 +211,21 @@ def models() -> TTLCache[ModelEntry]:
 
 def key_loader() -> Loader[KeyEntry]:
     """Reads through :func:`keys` (a ``None`` lookup: no such live key)."""
-    return _loader_of(keys(), ())
+    return _loader_of("keys", keys(), ())
 
 
 def model_loader() -> Loader[ModelEntry]:
     """Reads through :func:`models` (a ``ProblemError`` lookup: the reference names no
     model, or no longer does)."""
-    return _loader_of(models(), (ProblemError,))
+    return _loader_of("models", models(), (ProblemError,))
 
 
-def _loader_of(cache: TTLCache[V], gone: tuple[type[BaseException], ...]) -> Loader[V]:
-    loader = _loaders.get(id(cache))
+def _loader_of(name: str, cache: TTLCache[V], gone: tuple[type[BaseException], ...]
+               ) -> Loader[V]:
+    """The loader of ``cache`` (a new one when the cache was replaced, as tests do)."""
+    loader = _loaders.get(name)
     if loader is None or loader.cache is not cache:
-        loader = _loaders[id(cache)] = Loader(cache, gone)
+        loader = _loaders[name] = Loader(cache, gone)
     return loader
 
 
