@@ -13,7 +13,8 @@ reaches its wall-clock cap is killed with its pool workers.  Resources of the ta
   the task reports ``{"status": "cpu_cap"}``): on a shared machine a wall-clock cap fires
   early whenever others hold the cores, a CPU cap does not.  The cap is the fit's: a fit
   task's ``predict`` on the test split gets a cap of its own size after it, so a model too
-  slow to predict is not reported as a fit over the cap.  The wall-clock cap of
+  slow to predict is not reported as a fit over the cap.  It counts from the child's start,
+  so loading or generating the data (seconds) counts toward it too.  The wall-clock cap of
   :func:`run_task` stays as a backstop;
 * ``mem_gib``: an address-space cap (``RLIMIT_AS``, inherited by every process the task
   starts, so each pool worker has its own); an allocation past it fails and the task reports
