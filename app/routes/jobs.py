@@ -67,11 +67,11 @@ def get_job(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
 @router.post("/jobs/{job_id}/cancel", response_model=AnyJobOut)
 def cancel_job(job_id: IdPath, response: Response, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> dict:
-    """200 with CANCELLED for a queued job, 202 with CANCELLING for a running one (the
-    worker stops the fit, then CANCELLED), 409 problem for a finished job."""
-    job = jobs_service.cancel_job(session, tenant, job_id)
-    response.status_code = 200 if job.state == JobState.CANCELLED else 202
-    return _out(job)
+    """200 with CANCELLED for a queued job, 202 for a running one (CANCELLING: the worker
+    stops the fit, then CANCELLED; or CANCELLED already), 409 problem for a finished job."""
+    res = jobs_service.cancel_job(session, tenant, job_id)
+    response.status_code = 202 if res.stopping else 200
+    return _out(res.job)
 
 
 def _sse(event: str, data: dict, event_id: int) -> str:

@@ -54,11 +54,11 @@ def get_prediction(job_id: IdPath, tenant: Tenant = Depends(current_tenant),
 def cancel_prediction(job_id: IdPath, response: Response,
                       tenant: Tenant = Depends(current_tenant),
                       session: Session = Depends(get_session)) -> dict:
-    """200 CANCELLED for a queued job, 202 CANCELLING for a running one (the worker stops
-    between batches), 409 for a finished one."""
-    job = predictions.cancel(session, tenant, job_id)
-    response.status_code = 200 if job.state == JobState.CANCELLED else 202
-    return predictions.out(job)
+    """200 CANCELLED for a queued job, 202 for a running one (CANCELLING: the worker stops
+    between batches; or CANCELLED already), 409 for a finished one."""
+    res = predictions.cancel(session, tenant, job_id)
+    response.status_code = 202 if res.stopping else 200
+    return predictions.out(res.job)
 
 
 @router.get("/predictions/{job_id}/events", response_class=StreamingResponse,

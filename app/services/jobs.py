@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, update
@@ -276,9 +277,21 @@ def list_jobs(session: Session, tenant: Tenant, state: str | None, cursor: str |
     return split_page(rows, limit)
 
 
-def cancel_job(session: Session, tenant: Tenant, job_id: str) -> Job:
+@dataclass(frozen=True)
+class CancelResult:
+    """A cancel that took: ``stopping`` when the job was running (the worker stops it, so it
+    is CANCELLING, or already CANCELLED if the worker was quick), else it was queued and is
+    CANCELLED now."""
+
+    job: Job
+    stopping: bool
+
+
+def cancel_job(session: Session, tenant: Tenant, job_id: str) -> CancelResult:
     """QUEUED -> CANCELLED now (+ revoke); RUNNING -> CANCELLING (the worker stops the fit);
-    CANCELLING -> unchanged; a terminal job (SUCCEEDED, FAILED, CANCELLED) -> 409."""
+    CANCELLING -> unchanged; a terminal job (SUCCEEDED, FAILED, CANCELLED) -> 409. The
+    outcome comes from the UPDATE that matched, not from re-reading the row: a worker that
+    stops between the commit and the read has already made it CANCELLED."""
     job = get_job(session, tenant, job_id)
     now = utcnow()
     res = session.execute(
@@ -289,15 +302,16 @@ def cancel_job(session: Session, tenant: Tenant, job_id: str) -> Job:
         session.commit()
         _revoke(job_id)
         session.refresh(job)
-        return job
+        return CancelResult(job, stopping=False)
     # no RETURNING here: an unread cursor would block the commit on SQLite
-    session.execute(
+    running = session.execute(
         update(Job).where(Job.id == job_id, Job.state == JobState.RUNNING)
         .values(state=JobState.CANCELLING, progress_message="cancelling"))
+    stopped_now = running.rowcount == 1
     session.commit()
     session.refresh(job)
-    if job.state == JobState.CANCELLING:
-        return job
+    if stopped_now or job.state == JobState.CANCELLING:
+        return CancelResult(job, stopping=True)
     raise ProblemError(409, "Job already finished", detail=f"job is {job.state}",
                        type="job-finished", state=job.state)
 

@@ -110,7 +110,7 @@ def list_page(session: Session, tenant: Tenant, state: str | None, cursor: str |
     return split_page(list(session.scalars(page(stmt, Job, cursor, limit))), limit)
 
 
-def cancel(session: Session, tenant: Tenant, job_id: str) -> Job:
+def cancel(session: Session, tenant: Tenant, job_id: str) -> jobs_service.CancelResult:
     get(session, tenant, job_id)
     return jobs_service.cancel_job(session, tenant, job_id)
 

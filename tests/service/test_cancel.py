@@ -80,3 +80,44 @@ def test_cancel_running_and_queued(client, worker, heart, guide):
     r = client.post(f"/jobs/{nxt['id']}/cancel")
     assert r.status_code == 409 and r.json()["state"] == "SUCCEEDED"
     assert client.post("/jobs/no-such-job/cancel").status_code == 404
+
+
+def test_a_cancel_the_worker_completes_at_once_is_accepted(tenant, heart):
+    """The API's UPDATE RUNNING -> CANCELLING commits and the worker stops the job before the
+    API reads the row back (a prediction stops between two batches, milliseconds later): the
+    request did cancel a running job, so it is accepted (202 in the routes), not a 409 "job
+    already finished". The worker's step is played by a second session on the same
+    database, right after the API's commit."""
+    from datetime import timedelta
+
+    from sqlalchemy import event, update
+
+    from app.db import session_scope
+    from app.models import Job, JobState, Tenant, utcnow
+    from app.problems import ProblemError
+    from app.schemas.jobs import TrainRequest
+    from app.services.jobs import cancel_job, create_job
+
+    with session_scope() as s:
+        job, _ = create_job(s, s.get(Tenant, tenant[0]), TrainRequest.model_validate(
+            {"dataset_id": heart["id"], "algorithm": "sodm",
+             "params": {"kernel": "linear"}}).root, None)
+        job_id = job.id
+        # running under a lease of its own, so no worker of this test run claims it
+        s.execute(update(Job).where(Job.id == job_id).values(
+            state=JobState.RUNNING, attempt=1, worker="test:0",
+            lease_until=utcnow() + timedelta(hours=1)))
+
+    def worker_stops(_session) -> None:
+        with session_scope() as w:
+            w.execute(update(Job).where(Job.id == job_id, Job.state == JobState.CANCELLING)
+                      .values(state=JobState.CANCELLED, finished_at=utcnow(), lease_until=None))
+
+    with session_scope() as s:
+        event.listen(s, "after_commit", worker_stops, once=True)
+        res = cancel_job(s, s.get(Tenant, tenant[0]), job_id)
+        assert res.stopping and res.job.state == JobState.CANCELLED
+    with session_scope() as s:  # a second cancel: now it is finished
+        with pytest.raises(ProblemError) as exc:
+            cancel_job(s, s.get(Tenant, tenant[0]), job_id)
+        assert exc.value.status == 409
