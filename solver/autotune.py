@@ -14,6 +14,10 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    them (at least two) go on to ``eta`` times more rows (nested subsamples, the last one all
    rows), until all rows are used or the next rung would not fit the budget. A rung that
    would not fit whole takes the best of the promoted candidates that do (at least two).
+   When ``theta`` is searched with ``lam`` or ``gamma`` (``stage_theta``), the first rung
+   scores only the middle theta (0.5), a third of the grid; each (lam, gamma) it promotes
+   goes on at every grid theta, the middle one first. If no later rung runs, those are
+   scored on the first rung's rows (stage "theta") before the refinement.
 3. **Local refinement** on the last rung's rows: a pattern search around the best point,
    steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
    steps, while the budget lasts.
@@ -95,6 +99,7 @@ class SearchSettings:
     log_lam: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
     log_gamma_mult: tuple[float, ...] = (-1.0, 0.0, 1.0, 2.0, 3.0)
     theta: tuple[float, ...] = (0.2, 0.5, 0.8)
+    stage_theta: bool = True
     log_step: float = 0.5
     theta_step: float = 0.15
     refine_rounds: int = 2
@@ -148,6 +153,7 @@ class AutoResult:
 
     def info(self) -> dict[str, Any]:
         s = self.settings
+        staged = " (first rung at the middle theta only)" if _stages_theta(s, self.auto) else ""
         return {
             "auto": list(self.auto),
             "chosen": {"lam": self.lam, "gamma": self.gamma, "theta": self.theta},
@@ -155,7 +161,7 @@ class AutoResult:
             "method": (f"successive halving (eta={s.eta}, first rung >= {s.min_rows} rows) over "
                        f"lam 10^{s.log_lam[0]:g}..10^{s.log_lam[-1]:g}, gamma "
                        f"10^{s.log_gamma_mult[0]:g}..10^{s.log_gamma_mult[-1]:g} x scale, "
-                       f"theta {list(s.theta)}; then pattern search on the last rung; "
+                       f"theta {list(s.theta)}{staged}; then pattern search on the last rung; "
                        f"{self.folds}-fold stratified CV accuracy, exact solver"),
             "folds": self.folds,
             "rows": self.rows,
@@ -194,6 +200,11 @@ def _stratified_order(y_idx: np.ndarray, folds: int, rng: np.random.Generator) -
         r[:folds] -= 1.0
         rank[idx] = r
     return np.argsort(rank, kind="stable")
+
+
+def _stages_theta(s: SearchSettings, auto: tuple[str, ...]) -> bool:
+    """The first rung holds the middle theta only: theta is searched with lam or gamma."""
+    return s.stage_theta and "theta" in auto and len(auto) > 1 and len(s.theta) > 1
 
 
 def _rung_sizes(n: int, s: SearchSettings) -> list[int]:
@@ -243,12 +254,26 @@ class _Search:
         return _Point(round(float(log_lam), 4), round(float(log_gm), 4),
                       round(min(hi, max(lo, float(theta))), 4))
 
-    def grid(self) -> list[_Point]:
+    def staged_theta(self) -> bool:
+        return _stages_theta(self.s, self.auto)
+
+    def mid_theta(self) -> float:
+        return sorted(self.s.theta)[len(self.s.theta) // 2]
+
+    def grid(self, only_mid_theta: bool = False) -> list[_Point]:
         lams = self.s.log_lam if "lam" in self.auto else (math.log10(self.fixed["lam"]),)
         gms = (self.s.log_gamma_mult if "gamma" in self.auto
                else (math.log10(self.fixed["gamma"] / self.gamma_scale),))
         thetas = self.s.theta if "theta" in self.auto else (self.fixed["theta"],)
+        if only_mid_theta:
+            thetas = (self.mid_theta(),)
         return [self.point(a, b, c) for a in lams for b in gms for c in thetas]
+
+    def all_thetas(self, cands: list[_Point]) -> list[_Point]:
+        """Each promoted (lam, gamma) at every grid theta, the middle one first."""
+        mid = self.mid_theta()
+        thetas = sorted(self.s.theta, key=lambda t: abs(t - mid))
+        return [self.point(p.log_lam, p.log_gamma_mult, t) for p in cands for t in thetas]
 
     def values(self, p: _Point) -> dict[str, float]:
         return {"lam": 10.0 ** p.log_lam, "gamma": self.gamma_scale * 10.0 ** p.log_gamma_mult,
@@ -313,37 +338,59 @@ class _Search:
     def run(self) -> tuple[_Score, list[dict[str, Any]], str]:
         s = self.s
         sizes = _rung_sizes(len(self.y), s)
-        cands = self.grid()
+        staged = self.staged_theta()
+        cands = self.grid(only_mid_theta=staged)
         rungs: list[dict[str, Any]] = []
         ranked: list[_Score] = []
+        theta_pending = staged  # promoted (lam, gamma) not yet scored at the other thetas
         stop = "all rows used"
         for r, rows in enumerate(sizes):
             if r > 0:
-                # this rung and one refinement round (two neighbours per axis) must fit;
-                # when the whole rung does not, the best promoted candidates that do go on
-                each = self.cv_seconds(rows)
-                fits = int((self.left() - 2 * max(1, len(self.auto)) * each) // each)
+                fits = self.fits(rows)
                 if fits < s.keep_min:
                     stop = "budget"
                     break
                 cands = cands[:fits]
-            t_rung = time.process_time()
-            scored = []
-            for i, p in enumerate(cands):
-                scored.append(self.score(p, rows, f"halving {r}"))
-                self._report(f"auto search: rung {r} ({rows} rows), {i + 1}/{len(cands)}")
-            ranked = sorted(scored, key=self.preference)
-            rungs.append({"rung": r, "rows": rows, "candidates": len(cands),
-                          "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
-                          "cpu_seconds": time.process_time() - t_rung})
+                theta_pending = False
+            ranked = self.rung(rungs, f"halving {r}", rows, cands)
             keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
+            if staged and r == 0:
+                cands = self.all_thetas(cands)
+        if theta_pending:
+            # no later rung took the other thetas: score them on the last rung's rows
+            rows = ranked[0].rows
+            todo = [p for p in cands if (p, rows) not in self.scores][:max(0, self.fits(rows))]
+            if todo:
+                self.rung(rungs, "theta", rows, todo)
+                ranked = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
+                                key=self.preference)
         best = ranked[0]
         rows = best.rows
         best, refine_stop = self._refine(best, rows)
         if refine_stop == "budget":
             stop = "budget"
         return best, rungs, stop
+
+    def fits(self, rows: int) -> int:
+        """How many candidates on ``rows`` rows fit what is left of the budget, keeping one
+        refinement round (two neighbours per axis) in reserve."""
+        each = self.cv_seconds(rows)
+        return int((self.left() - 2 * max(1, len(self.auto)) * each) // each)
+
+    def rung(self, rungs: list[dict[str, Any]], stage: str, rows: int,
+             cands: list[_Point]) -> list[_Score]:
+        """Score ``cands`` on ``rows`` rows, record the rung, return the scores ranked."""
+        t_rung = time.process_time()
+        scored = []
+        for i, p in enumerate(cands):
+            scored.append(self.score(p, rows, stage))
+            self._report(f"auto search: {stage} ({rows} rows), {i + 1}/{len(cands)}")
+        rungs.append({"rung": len(rungs), "stage": stage, "rows": rows,
+                      "candidates": len(cands),
+                      "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
+                      "cpu_seconds": time.process_time() - t_rung})
+        return sorted(scored, key=self.preference)
 
     def _neighbours(self, p: _Point, step: float, tstep: float) -> list[_Point]:
         out = []

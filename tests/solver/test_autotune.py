@@ -47,7 +47,18 @@ def test_fit_info_records_the_search(fitted):
     a = fitted.fit_info_["auto"]
     assert a["auto"] == ["lam", "gamma", "theta"]
     table = a["cv_table"]
-    assert len(table) >= 105  # the whole coarse grid (7 lam x 5 gamma x 3 theta), then more
+    # 270 rows: one rung. The 7 lam x 5 gamma grid at theta 0.5; the best third of it (12
+    # pairs) at the grid's other thetas on the same rows; then the refinement
+    first = [r for r in table if r["stage"] == "halving 0"]
+    assert len(first) == 35 and {r["theta"] for r in first} == {0.5}
+    assert len({(r["lam"], r["gamma"]) for r in first}) == 35
+    ranked = sorted(first, key=lambda r: (-r["mean_accuracy"], r["lam"], r["gamma"]))
+    staged = [r for r in table if r["stage"] == "theta"]
+    assert sorted((r["lam"], r["gamma"], r["theta"]) for r in staged) == sorted(
+        (r["lam"], r["gamma"], t) for r in ranked[:12] for t in (0.2, 0.8))
+    assert [r["stage"] for r in a["rungs"]] == ["halving 0", "theta"]
+    assert "middle theta" in a["method"]
+    assert len(table) > 35 + 24 and {r["stage"] for r in table[59:]} == {"refine"}
     chosen = a["chosen"]
     # the chosen point is the best CV accuracy on the last rung's rows
     last = [r for r in table if r["rows"] == a["rows"]]
@@ -130,6 +141,33 @@ def test_finds_the_narrow_kernel_the_default_misses():
     assert a["chosen"]["gamma"] > a["gamma_scale"]
     # successive halving: the whole 7 x 5 grid on 1500 / 3 rows, a third of it on all rows
     assert [(r["rows"], r["candidates"]) for r in a["rungs"]] == [(500, 35), (1500, 12)]
+
+
+def test_first_rung_holds_the_middle_theta():
+    """With theta searched beside lam and gamma, the first rung scores the 35 (lam, gamma)
+    pairs at theta 0.5 only; the 12 it promotes go on at all three thetas, 0.5 first.
+    ``stage_theta=False`` puts the whole 105-point grid on the first rung."""
+    X, y = checkerboard(1500, 4)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+
+    def run(stage: bool):
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={}, auto=("lam", "gamma", "theta"),
+                      seed=0, settings=SearchSettings(budget_floor_seconds=1e6,
+                                                      stage_theta=stage))
+
+    staged = run(True)
+    assert [(r["rows"], r["candidates"]) for r in staged.rungs] == [(500, 35), (1500, 36)]
+    first = [r for r in staged.table if r["stage"] == "halving 0"]
+    assert {r["theta"] for r in first} == {0.5}
+    ranked = sorted(first, key=lambda r: (-r["mean_accuracy"], r["lam"], r["gamma"]))
+    second = [(r["lam"], r["gamma"], r["theta"]) for r in staged.table
+              if r["stage"] == "halving 1"]
+    assert second == [(r["lam"], r["gamma"], t) for r in ranked[:12] for t in (0.5, 0.2, 0.8)]
+    assert staged.rows == 1500 and "middle theta" in staged.info()["method"]
+    whole = run(False)
+    assert [(r["rows"], r["candidates"]) for r in whole.rungs] == [(500, 105), (1500, 35)]
+    assert "middle theta" not in whole.info()["method"]
 
 
 def test_budget_stops_the_search():
