@@ -130,6 +130,12 @@ def run_dataset(name: str, design: bool, seed: int) -> dict[str, Any]:
             "target_met": bool(gap >= -TARGET_POINTS)}
 
 
+def _ratio(search: float, fit: float) -> str:
+    """search / fit, or "-" for a fit under 0.05 CPU s (the process tree's clock counts 10 ms
+    ticks, so a tiny fit may read 0 or a rounding residue)."""
+    return f"{search / fit:.2f}" if fit >= 0.05 else "-"
+
+
 def _fmt(r: dict[str, Any]) -> str:
     o, s = r["auto_odm"], r["svc"]
     c = o["chosen"]
@@ -137,7 +143,7 @@ def _fmt(r: dict[str, Any]) -> str:
     return (f"| {name} | {r['n_train']:,} | {o['accuracy']:.4f} | "
             f"lam={c['lam']:.3g}, gamma={o['gamma_mult']:.3g}x, theta={c['theta']:.3g} | "
             f"{o['search_cpu_s']:.1f} | {o['final_cpu_s']:.1f} | "
-            f"{o['search_cpu_s'] / max(o['final_cpu_s'], 1e-9):.2f} | {o['cv_rows']:,} | "
+            f"{_ratio(o['search_cpu_s'], o['final_cpu_s'])} | {o['cv_rows']:,} | "
             f"{s['accuracy']:.4f} | C={s['C']:.3g}, gamma={s['gamma_mult']:.3g}x | "
             f"{s['search_cpu_s']:.1f} | {s['final_cpu_s']:.1f} | "
             f"{r['gap_points']:+.2f} | {'met' if r['target_met'] else '**missed**'} |")
