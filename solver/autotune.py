@@ -254,9 +254,6 @@ class _Search:
         return _Point(round(float(log_lam), 4), round(float(log_gm), 4),
                       round(min(hi, max(lo, float(theta))), 4))
 
-    def staged_theta(self) -> bool:
-        return _stages_theta(self.s, self.auto)
-
     def mid_theta(self) -> float:
         return sorted(self.s.theta)[len(self.s.theta) // 2]
 
@@ -338,11 +335,10 @@ class _Search:
     def run(self) -> tuple[_Score, list[dict[str, Any]], str]:
         s = self.s
         sizes = _rung_sizes(len(self.y), s)
-        staged = self.staged_theta()
+        staged = _stages_theta(s, self.auto)
         cands = self.grid(only_mid_theta=staged)
         rungs: list[dict[str, Any]] = []
         ranked: list[_Score] = []
-        theta_pending = staged  # promoted (lam, gamma) not yet scored at the other thetas
         stop = "all rows used"
         for r, rows in enumerate(sizes):
             if r > 0:
@@ -351,14 +347,13 @@ class _Search:
                     stop = "budget"
                     break
                 cands = cands[:fits]
-                theta_pending = False
             ranked = self.rung(rungs, f"halving {r}", rows, cands)
             keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
             if staged and r == 0:
                 cands = self.all_thetas(cands)
-        if theta_pending:
-            # no later rung took the other thetas: score them on the last rung's rows
+        if staged and len(rungs) == 1:
+            # no later rung took the other thetas: score them on the first rung's rows
             rows = ranked[0].rows
             todo = [p for p in cands if (p, rows) not in self.scores][:max(0, self.fits(rows))]
             if todo:
