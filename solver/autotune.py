@@ -14,6 +14,7 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    them (at least two) go on to ``eta`` times more rows (nested subsamples, the last one all
    rows), until all rows are used or the next rung would not fit the budget. A rung that
    would not fit whole takes the best of the promoted candidates that do (at least two).
+   Rungs of more than ``max_rows`` rows (default 200,000) are left out.
    When ``theta`` is searched with ``lam`` or ``gamma`` (``stage_theta``), the first rung
    scores only the middle theta (0.5), a third of the grid; each (lam, gamma) it promotes
    goes on at every grid theta, the middle one first. If no later rung runs, those are
@@ -37,6 +38,12 @@ kernel fits ``cache_size``), the linear solvers all rows at once. The first rung
 runs; a later rung, or a refinement step, only when its predicted cost fits what is left.
 The measured CPU seconds of the search (and, by the caller, of the final fit) are recorded
 beside the prediction, with the budget checked on the measured numbers.
+
+**Rows read**: before scoring anything, the search knows the largest rung its budget can
+ever allow (``row_bound``); it only touches the first ``row_bound`` rows of its stratified
+order. Given :class:`~solver.row_blocks.LazyRows` instead of a matrix (a Spark job's worker,
+whose rows stay in the stored file), it reads just those rows, so the memory it needs
+grows with the budget, not with the data.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ import numpy as np
 
 from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled
+from solver.row_blocks import LazyRows
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
            "AutoResult", "is_auto", "search", "with_final_fit"]
@@ -108,6 +116,7 @@ class SearchSettings:
     log_gamma_bounds: tuple[float, float] = (-3.0, 5.0)
     budget_factor: float = 3.0
     budget_floor_seconds: float = 10.0
+    max_rows: int | None = 200_000
 
 
 @dataclass(frozen=True, order=True)
@@ -149,6 +158,7 @@ class AutoResult:
     budget_cpu_seconds: float
     final_fit_estimate_cpu_seconds: float
     stop_reason: str
+    row_bound: int = 0
     settings: SearchSettings = field(default_factory=SearchSettings)
 
     def info(self) -> dict[str, Any]:
@@ -165,6 +175,7 @@ class AutoResult:
                        f"{self.folds}-fold stratified CV accuracy, exact solver"),
             "folds": self.folds,
             "rows": self.rows,
+            "row_bound": self.row_bound,
             "rungs": self.rungs,
             "cv_table": self.table,
             "cpu_seconds": self.cpu_seconds,
@@ -209,11 +220,13 @@ def _stages_theta(s: SearchSettings, auto: tuple[str, ...]) -> bool:
 
 def _rung_sizes(n: int, s: SearchSettings) -> list[int]:
     """Rows per rung: n, n/eta, n/eta^2, ... down to the first size of at least ``min_rows``
-    (all rows when n < eta * min_rows), smallest first."""
+    (all rows when n < eta * min_rows), smallest first; sizes over ``max_rows`` are left
+    out (the smallest always stays)."""
     sizes = [n]
     while sizes[-1] // s.eta >= s.min_rows:
         sizes.append(sizes[-1] // s.eta)
-    return sizes[::-1]
+    capped = [m for m in sizes if s.max_rows is None or m <= s.max_rows] or sizes[-1:]
+    return capped[::-1]
 
 
 class _Search:
@@ -238,7 +251,8 @@ class _Search:
         self.y_idx = y_idx
         self.cost = LINEAR_COST if linear else KERNEL_COST
         self.problems = 1 if len(classes) <= 2 else len(classes)
-        self.width = _mean_width(Xs)
+        lazy = isinstance(Xs, LazyRows)
+        self.width = Xs.stats.width if lazy else _mean_width(Xs)
         n = float(len(y))
         m_solve = n if linear or solve_rows is None else min(n, float(solve_rows))
         self.final_estimate = n / m_solve * self.fit_seconds(m_solve)
@@ -247,6 +261,11 @@ class _Search:
         self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
         self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.sizes = _rung_sizes(len(y), settings)
+        self.row_bound = self._row_bound()
+        # rows read on demand: only the prefix of the order that some rung may use
+        self.positions = np.sort(self.order[:self.row_bound]) if lazy else None
+        self.Xs = Xs.load(self.positions) if lazy else Xs
 
     # ---------------------------------------------------------------------- candidates
     def point(self, log_lam: float, log_gm: float, theta: float) -> _Point:
@@ -271,6 +290,12 @@ class _Search:
         mid = self.mid_theta()
         thetas = sorted(self.s.theta, key=lambda t: abs(t - mid))
         return [self.point(p.log_lam, p.log_gamma_mult, t) for p in cands for t in thetas]
+
+    def rows(self, idx: np.ndarray):
+        """The scaled training rows at positions ``idx``."""
+        if self.positions is None:
+            return self.Xs[idx]
+        return self.Xs[np.searchsorted(self.positions, idx)]
 
     def values(self, p: _Point) -> dict[str, float]:
         return {"lam": 10.0 ** p.log_lam, "gamma": self.gamma_scale * 10.0 ** p.log_gamma_mult,
@@ -311,8 +336,8 @@ class _Search:
                 # a candidate that stops at max_iter is scored as it stands (its accuracy
                 # says what it is worth); one warning per CV fit would drown the log
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                est.fit(self.Xs[tr], self.y[tr], should_stop=self.should_stop)
-            accs.append(float(np.mean(est.predict(self.Xs[va]) == self.y[va])))
+                est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop)
+            accs.append(float(np.mean(est.predict(self.rows(va)) == self.y[va])))
         sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
                     time.process_time() - t0)
         self.scores[key] = sc
@@ -331,15 +356,27 @@ class _Search:
     def left(self) -> float:
         return self.budget - self.predicted
 
+    def _row_bound(self) -> int:
+        """The most rows a rung can use: the first rung's, or the largest later one whose
+        ``keep_min`` candidates and the refinement reserve fit the whole budget (what
+        :meth:`fits` allows before anything is spent)."""
+        bound = self.sizes[0]
+        for rows in self.sizes[1:]:
+            each = self.cv_seconds(rows)
+            if (self.budget - 2 * max(1, len(self.auto)) * each) // each < self.s.keep_min:
+                break
+            bound = rows
+        return bound
+
     # ------------------------------------------------------------------------- search
     def run(self) -> tuple[_Score, list[dict[str, Any]], str]:
         s = self.s
-        sizes = _rung_sizes(len(self.y), s)
+        sizes = self.sizes
         staged = _stages_theta(s, self.auto)
         cands = self.grid(only_mid_theta=staged)
         rungs: list[dict[str, Any]] = []
         ranked: list[_Score] = []
-        stop = "all rows used"
+        stop = "all rows used" if sizes[-1] == len(self.y) else f"row cap ({s.max_rows})"
         for r, rows in enumerate(sizes):
             if r > 0:
                 fits = self.fits(rows)
@@ -434,14 +471,16 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
            progress: Callable[[float, str], None] | None = None) -> AutoResult:
     """Choose the ``auto`` parameters for training rows ``Xs`` (scaled) and labels ``y``.
 
-    ``make(values)``: a fresh exact-solver estimator (``ODMClassifier`` with the model's
-    kernel, degree, coef0, upsilon, tol, max_iter, cache_size and intercept option, and
-    ``scale=False`` since ``Xs`` is already scaled) at ``values`` = ``{lam, gamma, theta}``;
-    ``linear``: the kernel is linear (no gamma; cost linear in the rows); ``fixed``: the
-    values of the parameters that are not auto (``gamma`` numeric); ``gamma_scale``: the
-    "scale" gamma of ``Xs``; ``solve_rows``: the rows of one solve of the final fit (SODM's
-    partitions), None for all rows. With fewer than two rows of some class per fold there is
-    nothing to cross-validate and the estimator's
+    ``Xs``: the scaled rows, or :class:`~solver.row_blocks.LazyRows` that reads the ones
+    the search uses (the same result); ``make(values)``: a fresh exact-solver estimator
+    (``ODMClassifier`` with the model's kernel, degree, coef0, upsilon, tol, max_iter,
+    cache_size and intercept option, and ``scale=False`` since ``Xs`` is already scaled) at
+    ``values`` = ``{lam, gamma, theta}``; ``linear``: the kernel is linear (no gamma; cost
+    linear in the rows); ``fixed``: the values of the parameters that are not auto
+    (``gamma`` numeric); ``gamma_scale``: the "scale" gamma of ``Xs``; ``solve_rows``: the
+    rows of one solve of the final fit (SODM's partitions), None for all rows. With fewer
+    than two rows of some class per fold there is nothing to cross-validate and the
+    estimator's
     documented defaults are returned (``stop_reason`` says so).
     """
     s = settings or SearchSettings()
@@ -485,7 +524,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                       predicted_cpu_seconds=srch.predicted,
                       wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
                       final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
-                      settings=s)
+                      row_bound=srch.row_bound, settings=s)
 
 
 def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:

@@ -76,6 +76,7 @@ from solver.autotune import with_final_fit
 from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled, InvalidParameterError
 from solver.preprocessing import MinMaxScaler, append_constant
+from solver.row_blocks import LazyRows
 from solver.training import (
     fit_info,
     iterations,
@@ -282,13 +283,25 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         """The "auto" search of :meth:`fit` alone, without the final fit: its record
         (``info["chosen"]`` holds lam, gamma and theta), or None when nothing is "auto".
         For a backend that fits elsewhere (Spark) with the chosen values, which then gives
-        the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds."""
+        the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds.
+        ``X`` may be :class:`~solver.row_blocks.LazyRows` (statistics of all rows, scanned
+        with this estimator's ``scale``; the rows the search uses read on demand): the same
+        record as the matrix gives."""
         self.validate_params()
         auto = self._auto_params()
         if not auto:
             return None
-        X, y, _, _ = self._fit_inputs(X, y)
-        _, Xs, gamma, seed = self._scaled(X)
+        if isinstance(X, LazyRows):
+            y = np.asarray(y)
+            if len(y) != X.shape[0]:
+                raise ValueError(f"{X.shape[0]} rows but {len(y)} labels")
+            self._classes(y)
+            Xs, seed = X, seed_for(self.random_state)
+            gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
+                                  X.shape[1], lambda: X.stats.variance)
+        else:
+            X, y, _, _ = self._fit_inputs(X, y)
+            _, Xs, gamma, seed = self._scaled(X)
         return self._auto_search(Xs, y, auto, gamma, seed, progress, should_stop).info()
 
     def _scaled(self, X) -> tuple[MinMaxScaler | None, Any, float, int]:
@@ -308,6 +321,12 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         if sp.issparse(X):
             X = sp.csr_matrix(X)
             X.sort_indices()
+        classes, y_idx = self._classes(y)
+        return X, y, classes, y_idx
+
+    def _classes(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted classes of ``y`` and each row's class index; fewer than two classes
+        is a ``ValueError``."""
         classes, y_idx = np.unique(y, return_inverse=True)
         if len(classes) != 2:
             # Two distinct labels are always a binary problem (even non-integer floats such
@@ -318,7 +337,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                 f"{type(self).__name__} needs at least two classes in y; only one class "
                 f"({classes[0]!r}) is present"
             )
-        return X, y, classes, y_idx
+        return classes, y_idx
 
     def _validation_rows(self, X_val, y_val, classes: np.ndarray
                          ) -> tuple[Any, np.ndarray | None]:

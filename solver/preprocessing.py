@@ -32,13 +32,24 @@ class MinMaxScaler:
     @classmethod
     def fit(cls, X: np.ndarray | sp.csr_matrix) -> MinMaxScaler:
         """Learn the per-feature minimum and range of ``X`` (implicit zeros of CSR count)."""
+        return cls.from_range(*cls.column_range(X))
+
+    @staticmethod
+    def column_range(X: np.ndarray | sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+        """Per-feature minimum and maximum of ``X`` (implicit zeros of CSR count)."""
         if sp.issparse(X):
             lo = np.asarray(X.min(axis=0).toarray()).ravel().astype(np.float64)
             hi = np.asarray(X.max(axis=0).toarray()).ravel().astype(np.float64)
         else:
             lo = np.min(X, axis=0).astype(np.float64)
             hi = np.max(X, axis=0).astype(np.float64)
-        rng = hi - lo
+        return lo, hi
+
+    @classmethod
+    def from_range(cls, lo: np.ndarray, hi: np.ndarray) -> MinMaxScaler:
+        """The map onto [0, 1] of features whose minima are ``lo`` and maxima ``hi``."""
+        lo = np.asarray(lo, dtype=np.float64)
+        rng = np.asarray(hi, dtype=np.float64) - lo
         with np.errstate(divide="ignore", over="ignore"):
             scale = np.where(rng > 0, 1.0 / np.where(rng > 0, rng, 1.0), 1.0)
         if not np.all(np.isfinite(scale)):

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.exceptions import InvalidParameterError
+from solver.row_blocks import EntryMoments, blocks_of
 
 __all__ = ["seed_for", "problem_seed", "overall_variance", "resolve_gamma", "iterations",
            "problem_progress", "fit_info", "plain", "jsonable"]
@@ -43,14 +44,13 @@ def problem_seed(seed: int, k: int, n_problems: int) -> int:
 
 
 def overall_variance(X: np.ndarray | sp.csr_matrix) -> float:
-    """Variance of all entries of X (implicit zeros of CSR included)."""
-    if sp.issparse(X):
-        n = X.shape[0] * X.shape[1]
-        if n == 0:
-            return 0.0
-        mean = X.data.sum() / n
-        return float((X.data**2).sum() / n - mean**2)
-    return float(np.var(X))
+    """Variance of all entries of X (implicit zeros of CSR included), merged block by block
+    (``solver.row_blocks``: the number a backend reading the rows in blocks gets too; for
+    up to ``BLOCK_ROWS`` rows it is ``np.var``)."""
+    moments = EntryMoments()
+    for block in blocks_of(X):
+        moments.add(block)
+    return moments.variance
 
 
 def resolve_gamma(kernel: str, gamma: float | str, n_features: int,

@@ -524,7 +524,8 @@ def _spark_auto(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
     from app.services import storage
 
     hb.report(0.05, "auto search")
-    return spark_auto.choose(est, storage.dataset_dir(c.dataset_id), data.train_rows, params,
+    return spark_auto.choose(est, storage.dataset_dir(c.dataset_id), data.train_rows,
+                             data.y_train, params,
                              progress=lambda f, m: hb.report(0.05 + 0.45 * f, m),
                              should_stop=hb.should_stop)
 

@@ -2,10 +2,12 @@
 
 The search (``solver.autotune``) cross-validates the exact solver on subsamples of the
 training rows in this process, as a local job's ``fit`` does; Spark then fits once with the
-chosen values. The training rows are read here for the search (the rows a local job would
-fit, in the same order), so the same request chooses the same values and Spark fits the
-model the local backend fits. A dataset too large for this process needs values instead of
-"auto".
+chosen values. The training rows stay in the stored file: two streamed passes over them in
+``solver.row_blocks`` blocks give the scaler, the "scale" gamma and the mean row width
+(to the bit what the local fit computes), then the search reads only the rows its budget
+can ever use (``row_bound``, the first rows of its stratified order). The same request
+chooses the same values, and Spark fits the model the local backend fits, with memory that
+grows with the search's budget, not with the dataset.
 """
 
 from __future__ import annotations
@@ -17,26 +19,40 @@ from typing import Any
 import numpy as np
 
 from solver.autotune import AUTO_PARAMS, is_auto, with_final_fit
+from solver.row_blocks import BLOCK_ROWS, LazyRows, scan
 
-__all__ = ["has_auto", "choose", "record"]
+__all__ = ["has_auto", "choose", "record", "stored_rows"]
 
 
 def has_auto(params: dict[str, Any]) -> bool:
     return any(is_auto(params.get(k)) for k in AUTO_PARAMS)
 
 
-def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None,
+def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *,
+                scale: bool) -> LazyRows:
+    """The job's training rows (``train_rows``: ascending row ids, None for every row) as
+    :class:`LazyRows`: their statistics scanned from the stored file, rows read on demand."""
+    from app.services import storage
+
+    ids = (np.arange(int(storage.read_meta(dataset_dir)["n_rows"])) if train_rows is None
+           else np.asarray(train_rows))
+    if ids.size > 1 and not np.all(ids[:-1] < ids[1:]):
+        raise ValueError("training row ids must be ascending")
+    stats = scan(lambda: storage.iter_row_blocks(dataset_dir, train_rows, BLOCK_ROWS),
+                 scale=scale)
+    return LazyRows(stats, lambda positions: storage.load_rows(dataset_dir, ids[positions])[0])
+
+
+def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: np.ndarray,
            params: dict[str, Any], *, progress: Callable[[float, str], None],
            should_stop: Callable[[], bool]) -> dict[str, Any] | None:
     """Run ``est``'s search on the job's training rows (``train_rows``: row ids, None for
-    every row) and put the chosen values of the "auto" parameters into ``params``; the
-    search's record (``fit_info["auto"]`` without the final fit), None when there was
-    nothing to search (gamma "auto" with the linear kernel is unused)."""
-    from app.services import storage
-
-    X, y = (storage.load_dataset(dataset_dir) if train_rows is None
-            else storage.load_rows(dataset_dir, train_rows))
-    info = est.choose_auto(X, y, progress=lambda f, m, _r: progress(f, m),
+    every row; ``y_train`` their labels) and put the chosen values of the "auto"
+    parameters into ``params``; the search's record (``fit_info["auto"]`` without the final
+    fit), None when there was nothing to search (gamma "auto" with the linear kernel is
+    unused)."""
+    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale))
+    info = est.choose_auto(rows, y_train, progress=lambda f, m, _r: progress(f, m),
                            should_stop=should_stop)
     if info is not None:
         params.update({name: info["chosen"][name] for name in info["auto"]})

@@ -270,9 +270,13 @@ def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarr
     row_id = table.column("row_id").to_numpy()
     if row_id.size and not np.all(row_id[:-1] < row_id[1:]):
         table = table.take(pa.array(np.argsort(row_id, kind="stable")))
+    return _matrix(table, meta), _labels(table, meta)
+
+
+def _matrix(table: pa.Table, meta: dict[str, Any]) -> np.ndarray | sp.csr_matrix:
+    """The features of ``table``'s rows (in its order): dense float64 or CSR by layout."""
     n = table.num_rows
     d = int(meta["n_features"])
-    y = _labels(table, meta)
     if meta["layout"] == "sparse":
         idx = table.column("indices").combine_chunks()
         val = table.column("values").combine_chunks()
@@ -280,9 +284,42 @@ def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarr
         indptr = indptr - indptr[0]
         indices = idx.flatten().to_numpy().astype(np.int32)
         data = val.flatten().to_numpy().astype(np.float64)
-        X: np.ndarray | sp.csr_matrix = sp.csr_matrix((data, indices, indptr), shape=(n, d))
-    else:
-        X = np.empty((n, d), dtype=np.float64)
-        for j in range(d):
-            X[:, j] = table.column(f"f{j}").to_numpy()
-    return X, y
+        return sp.csr_matrix((data, indices, indptr), shape=(n, d))
+    X = np.empty((n, d), dtype=np.float64)
+    for j in range(d):
+        X[:, j] = table.column(f"f{j}").to_numpy()
+    return X
+
+
+def iter_row_blocks(directory: Path | str, row_ids: np.ndarray | None, block_rows: int
+                    ) -> Iterator[np.ndarray | sp.csr_matrix]:
+    """The features of the rows ``row_ids`` (ascending; None for all rows) in consecutive
+    blocks of ``block_rows`` rows, the last one shorter: what :func:`load_rows` returns, cut
+    into blocks, with only a block and one file batch in memory at a time."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    keep = None
+    if row_ids is not None:
+        keep = np.zeros(int(meta["n_rows"]), dtype=bool)
+        keep[np.asarray(row_ids)] = True
+    pending: list[pa.Table] = []
+    count = emitted = 0
+    last = -1
+    for batch in pq.ParquetFile(directory / DATA_FILE).iter_batches(batch_size=65_536):
+        rid = batch.column("row_id").to_numpy()
+        if rid.size and (rid[0] <= last or not np.all(rid[:-1] < rid[1:])):
+            raise ValueError(f"{directory / DATA_FILE}: rows are not in row_id order")
+        last = int(rid[-1]) if rid.size else last
+        if keep is not None:
+            batch = batch.filter(pa.array(keep[rid], type=pa.bool_()))
+        pending.append(pa.Table.from_batches([batch]))
+        count += batch.num_rows
+        while count >= block_rows:
+            table = pa.concat_tables(pending)
+            yield _matrix(table.slice(0, block_rows), meta)
+            emitted += 1
+            pending, count = [table.slice(block_rows)], count - block_rows
+    if count or not emitted:
+        table = (pa.concat_tables(pending) if pending
+                 else pq.ParquetFile(directory / DATA_FILE).schema_arrow.empty_table())
+        yield _matrix(table, meta)

@@ -93,7 +93,7 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
     summary = summarize(df, info, sample=(seed_int, n_cand))
     classes = _checked_classes(summary.classes)
     n = summary.n
-    scaler = MinMaxScaler.fit(np.vstack([summary.lo, summary.hi])) if est.scale else None
+    scaler = MinMaxScaler.from_range(summary.lo, summary.hi) if est.scale else None
     if scaler is not None:
         info.scaler_min, info.scaler_scale = scaler.min_, scaler.scale_
     info.fit_intercept = bool(est.fit_intercept)

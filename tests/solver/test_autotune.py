@@ -18,6 +18,7 @@ from solver import FitCancelled, ODMClassifier, SODMClassifier
 from solver.autotune import SearchSettings, search
 from solver.baseline_estimators import CascadeODMClassifier, SVRGODMClassifier
 from solver.model_io import dumps, loads
+from solver.row_blocks import LazyRows, blocks_of, scan
 
 AUTO = {"lam": "auto", "gamma": "auto", "theta": "auto"}
 
@@ -303,3 +304,53 @@ def test_choose_auto_is_the_search_of_fit(heart, fitted):
     assert "final_fit_cpu_seconds" not in info
     assert SODMClassifier(lam=1.0, gamma=0.1, theta=0.2).choose_auto(X, y) is None
     assert SODMClassifier(kernel="linear", gamma="auto").choose_auto(X, y) is None
+
+
+def test_lazy_rows_read_only_the_bound_and_choose_the_same():
+    """Given rows read on demand (a Spark job's worker), the search reads the first
+    ``row_bound`` rows of its order once, fewer than all when the budget cannot reach the
+    last rung, and scores and chooses exactly what the in-memory rows give."""
+    X, y = checkerboard(9000, 5)
+    stats = scan(lambda: blocks_of(X))
+    reads: list[np.ndarray] = []
+
+    def read(positions: np.ndarray) -> np.ndarray:
+        reads.append(positions)
+        return X[positions]
+
+    lazy = LazyRows(stats, read)
+    est = ODMClassifier(lam="auto", gamma=30.0, theta=0.2, random_state=0)
+    mem, got = est.choose_auto(X, y), est.choose_auto(lazy, y)
+    # 9,000 rows give rungs of 1,000, 3,000, 9,000; the 10 s floor cannot pay for the last
+    assert mem["row_bound"] == got["row_bound"] == 3000
+    assert [len(p) for p in reads] == [3000] and lazy.rows_read == 3000
+    assert np.all(np.diff(reads[0]) > 0)
+    assert max(r["rows"] for r in mem["rungs"]) == 3000
+
+    def scores(table):  # every entry but the measured seconds
+        return [{k: v for k, v in r.items() if k != "cpu_seconds"} for r in table]
+
+    assert got["chosen"] == mem["chosen"] and got["gamma_scale"] == mem["gamma_scale"]
+    assert scores(got["cv_table"]) == scores(mem["cv_table"])
+    with pytest.raises(ValueError, match="labels"):
+        est.choose_auto(lazy, y[:-1])
+
+
+def test_rungs_over_max_rows_are_left_out():
+    """``max_rows`` caps the rows of every rung (and so what the search reads); the stop
+    reason says the cap, not "all rows used"."""
+    X, y = checkerboard(6000, 6)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+
+    def run(settings: SearchSettings):
+        return search(lambda v: ODMClassifier(kernel="linear", scale=False, random_state=0,
+                                              **v),
+                      X, y, linear=True, gamma_scale=1.0, fixed={"gamma": 1.0, "theta": 0.2},
+                      auto=("lam",), seed=0, settings=settings)
+
+    capped = run(SearchSettings(max_rows=2500))
+    assert [r["rows"] for r in capped.rungs] == [666, 2000]
+    assert capped.row_bound == 2000 and capped.stop_reason == "row cap (2500)"
+    whole = run(SearchSettings())
+    assert [r["rows"] for r in whole.rungs] == [666, 2000, 6000]
+    assert whole.row_bound == 6000 and whole.stop_reason == "all rows used"
