@@ -12,13 +12,14 @@ grows with the search's budget, not with the dataset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from solver.autotune import AUTO_PARAMS, is_auto, with_final_fit
+from solver.exceptions import FitCancelled
 from solver.row_blocks import BLOCK_ROWS, LazyRows, scan
 
 __all__ = ["has_auto", "choose", "record", "stored_rows"]
@@ -28,19 +29,26 @@ def has_auto(params: dict[str, Any]) -> bool:
     return any(is_auto(params.get(k)) for k in AUTO_PARAMS)
 
 
-def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *,
-                scale: bool) -> LazyRows:
+def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool,
+                should_stop: Callable[[], bool] = lambda: False) -> LazyRows:
     """The job's training rows (``train_rows``: ascending row ids, None for every row) as
-    :class:`LazyRows`: their statistics scanned from the stored file, rows read on demand."""
+    :class:`LazyRows`: their statistics scanned from the stored file (``should_stop`` polled
+    between blocks), rows read on demand."""
     from app.services import storage
 
     ids = (np.arange(int(storage.read_meta(dataset_dir)["n_rows"])) if train_rows is None
            else np.asarray(train_rows))
     if ids.size > 1 and not np.all(ids[:-1] < ids[1:]):
         raise ValueError("training row ids must be ascending")
-    stats = scan(lambda: storage.iter_row_blocks(dataset_dir, train_rows, BLOCK_ROWS),
-                 scale=scale)
-    return LazyRows(stats, lambda positions: storage.load_rows(dataset_dir, ids[positions])[0])
+
+    def blocks() -> Iterator[Any]:
+        for block in storage.iter_row_blocks(dataset_dir, train_rows, BLOCK_ROWS):
+            if should_stop():
+                raise FitCancelled("cancelled while reading the training rows")
+            yield block
+
+    return LazyRows(scan(blocks, scale=scale),
+                    lambda positions: storage.load_rows(dataset_dir, ids[positions])[0])
 
 
 def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: np.ndarray,
@@ -51,7 +59,8 @@ def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: 
     parameters into ``params``; the search's record (``fit_info["auto"]`` without the final
     fit), None when there was nothing to search (gamma "auto" with the linear kernel is
     unused)."""
-    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale))
+    progress(0.0, "auto search: reading the training rows")
+    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale), should_stop=should_stop)
     info = est.choose_auto(rows, y_train, progress=lambda f, m, _r: progress(f, m),
                            should_stop=should_stop)
     if info is not None:

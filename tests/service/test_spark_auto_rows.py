@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from app.services import storage
-from solver import SODMClassifier
+from solver import FitCancelled, SODMClassifier
 from solver.row_blocks import BLOCK_ROWS, blocks_of, scan
 from worker import spark_auto
 from worker.runner import split
@@ -79,3 +79,17 @@ def test_the_search_on_stored_rows_is_the_local_search(tmp_path):
     assert rows.rows_read == 3200 < len(train)
     assert info["chosen"] == local["chosen"]
     assert scores(info["cv_table"]) == scores(local["cv_table"])
+
+
+def test_a_cancel_stops_the_scan_of_the_stored_rows(tmp_path):
+    X = np.arange(6000.0).reshape(3000, 2)
+    directory = _store(tmp_path, "small", X, np.arange(3000) % 2)
+    polls: list[int] = []
+
+    def should_stop() -> bool:
+        polls.append(1)
+        return True
+
+    with pytest.raises(FitCancelled, match="reading the training rows"):
+        spark_auto.stored_rows(directory, None, scale=True, should_stop=should_stop)
+    assert polls == [1]  # stopped at the first block
