@@ -480,8 +480,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     (``gamma`` numeric); ``gamma_scale``: the "scale" gamma of ``Xs``; ``solve_rows``: the
     rows of one solve of the final fit (SODM's partitions), None for all rows. With fewer
     than two rows of some class per fold there is nothing to cross-validate and the
-    estimator's
-    documented defaults are returned (``stop_reason`` says so).
+    estimator's documented defaults are returned (``stop_reason`` says so).
     """
     s = settings or SearchSettings()
     auto = tuple(a for a in AUTO_PARAMS if a in auto)

@@ -295,6 +295,10 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             y = np.asarray(y)
             if len(y) != X.shape[0]:
                 raise ValueError(f"{X.shape[0]} rows but {len(y)} labels")
+            if len(y) and (X.stats.scaler is not None) != bool(self.scale):
+                raise ValueError(f"the rows were scanned with scale="
+                                 f"{X.stats.scaler is not None}, the estimator has "
+                                 f"scale={self.scale}")
             self._classes(y)
             Xs, seed = X, seed_for(self.random_state)
             gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,

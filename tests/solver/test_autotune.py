@@ -334,6 +334,8 @@ def test_lazy_rows_read_only_the_bound_and_choose_the_same():
     assert scores(got["cv_table"]) == scores(mem["cv_table"])
     with pytest.raises(ValueError, match="labels"):
         est.choose_auto(lazy, y[:-1])
+    with pytest.raises(ValueError, match="scanned with scale=True"):
+        clone(est).set_params(scale=False).choose_auto(lazy, y)
 
 
 def test_rungs_over_max_rows_are_left_out():
