@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from solver.autotune import AUTO_PARAMS, is_auto, with_final_fit
 from solver.exceptions import FitCancelled
@@ -32,8 +33,8 @@ def has_auto(params: dict[str, Any]) -> bool:
 def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool,
                 should_stop: Callable[[], bool] = lambda: False) -> LazyRows:
     """The job's training rows (``train_rows``: ascending row ids, None for every row) as
-    :class:`LazyRows`: their statistics scanned from the stored file (``should_stop`` polled
-    between blocks), rows read on demand."""
+    :class:`LazyRows`: their statistics scanned from the stored file, rows read on demand,
+    both block by block with ``should_stop`` polled between blocks."""
     from app.services import storage
 
     ids = (np.arange(int(storage.read_meta(dataset_dir)["n_rows"])) if train_rows is None
@@ -41,14 +42,17 @@ def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool
     if ids.size > 1 and not np.all(ids[:-1] < ids[1:]):
         raise ValueError("training row ids must be ascending")
 
-    def blocks() -> Iterator[Any]:
-        for block in storage.iter_row_blocks(dataset_dir, train_rows, BLOCK_ROWS):
+    def blocks(row_ids: np.ndarray | None) -> Iterator[Any]:
+        for block in storage.iter_row_blocks(dataset_dir, row_ids, BLOCK_ROWS):
             if should_stop():
                 raise FitCancelled("cancelled while reading the training rows")
             yield block
 
-    return LazyRows(scan(blocks, scale=scale),
-                    lambda positions: storage.load_rows(dataset_dir, ids[positions])[0])
+    def read(positions: np.ndarray) -> Any:
+        got = list(blocks(ids[positions]))
+        return sp.vstack(got, format="csr") if sp.issparse(got[0]) else np.vstack(got)
+
+    return LazyRows(scan(lambda: blocks(train_rows), scale=scale), read)
 
 
 def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: np.ndarray,

@@ -81,15 +81,19 @@ def test_the_search_on_stored_rows_is_the_local_search(tmp_path):
     assert scores(info["cv_table"]) == scores(local["cv_table"])
 
 
-def test_a_cancel_stops_the_scan_of_the_stored_rows(tmp_path):
+def test_a_cancel_stops_the_scan_and_the_read_of_the_stored_rows(tmp_path):
     X = np.arange(6000.0).reshape(3000, 2)
     directory = _store(tmp_path, "small", X, np.arange(3000) % 2)
+    with pytest.raises(FitCancelled, match="reading the training rows"):
+        spark_auto.stored_rows(directory, None, scale=True, should_stop=lambda: True)
     polls: list[int] = []
 
-    def should_stop() -> bool:
+    def stop_after_the_scan() -> bool:  # one block: a poll per pass, then the read's
         polls.append(1)
-        return True
+        return len(polls) > 2
 
+    rows = spark_auto.stored_rows(directory, None, scale=True,
+                                  should_stop=stop_after_the_scan)
     with pytest.raises(FitCancelled, match="reading the training rows"):
-        spark_auto.stored_rows(directory, None, scale=True, should_stop=should_stop)
-    assert polls == [1]  # stopped at the first block
+        rows.load(np.arange(100))
+    assert len(polls) == 3
