@@ -47,6 +47,8 @@ def test_auto_search_calibration_and_onnx(page_guard, api_server: str, worker, m
     text = chosen.inner_text()
     assert text.count("(auto)") == 3
     assert page.locator("#auto-cpu").get_attribute("data-within-budget") == "true"
+    assert (f"the budget reaches {auto['row_bound']:,} rows at most"
+            in page.locator("#auto-rows").inner_text())
     rows = page.locator("#auto-table tbody tr")
     assert rows.count() == min(12, len(auto["cv_table"]))
     assert page.locator("#auto-table tbody tr.chosen").count() == 1
