@@ -69,7 +69,8 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "final_predicted_cpu_s": info["final_fit_estimate_cpu_seconds"],
             "budget_predicted_cpu_s": info["budget_cpu_seconds"],
             "total_cpu_s": clock.seconds, "wall_s": wall, "cv_rows": info["rows"],
-            "row_bound": info["row_bound"], "rungs": info["rungs"], "n_evaluations": len(info["cv_table"]),
+            "row_bound": info["row_bound"], "rungs": info["rungs"],
+            "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"]}
 
 
