@@ -119,14 +119,22 @@ def scan(blocks: Callable[[], Iterable[Matrix]], *, scale: bool = True) -> RowSt
 
 
 class LazyRows:
-    """Scaled training rows read on demand: ``stats`` of all ``stats.n_rows`` rows and
-    ``read(positions)``, the raw rows at sorted training positions (0-based, in that order).
-    ``rows_read`` counts what was read."""
+    """Scaled training rows read on demand: ``stats`` of all ``stats.n_rows`` rows (a
+    :class:`RowStats`, or a function that scans them, called on first use) and
+    ``read(positions)``, the raw rows at sorted training positions (0-based, in that
+    order). ``rows_read`` counts what was read."""
 
-    def __init__(self, stats: RowStats, read: Callable[[np.ndarray], Matrix]) -> None:
-        self.stats = stats
+    def __init__(self, stats: RowStats | Callable[[], RowStats],
+                 read: Callable[[np.ndarray], Matrix]) -> None:
+        self._stats = stats
         self._read = read
         self.rows_read = 0
+
+    @property
+    def stats(self) -> RowStats:
+        if not isinstance(self._stats, RowStats):
+            self._stats = self._stats()
+        return self._stats
 
     @property
     def shape(self) -> tuple[int, int]:

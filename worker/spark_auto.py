@@ -33,8 +33,8 @@ def has_auto(params: dict[str, Any]) -> bool:
 def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool,
                 should_stop: Callable[[], bool] = lambda: False) -> LazyRows:
     """The job's training rows (``train_rows``: ascending row ids, None for every row) as
-    :class:`LazyRows`: their statistics scanned from the stored file, rows read on demand,
-    both block by block with ``should_stop`` polled between blocks."""
+    :class:`LazyRows`: their statistics scanned from the stored file when first needed,
+    rows read on demand, both block by block with ``should_stop`` polled between blocks."""
     from app.services import storage
 
     ids = (np.arange(int(storage.read_meta(dataset_dir)["n_rows"])) if train_rows is None
@@ -52,7 +52,7 @@ def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool
         got = list(blocks(ids[positions]))
         return sp.vstack(got, format="csr") if sp.issparse(got[0]) else np.vstack(got)
 
-    return LazyRows(scan(lambda: blocks(train_rows), scale=scale), read)
+    return LazyRows(lambda: scan(lambda: blocks(train_rows), scale=scale), read)
 
 
 def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: np.ndarray,

@@ -84,8 +84,9 @@ def test_the_search_on_stored_rows_is_the_local_search(tmp_path):
 def test_a_cancel_stops_the_scan_and_the_read_of_the_stored_rows(tmp_path):
     X = np.arange(6000.0).reshape(3000, 2)
     directory = _store(tmp_path, "small", X, np.arange(3000) % 2)
+    stopped = spark_auto.stored_rows(directory, None, scale=True, should_stop=lambda: True)
     with pytest.raises(FitCancelled, match="reading the training rows"):
-        spark_auto.stored_rows(directory, None, scale=True, should_stop=lambda: True)
+        stopped.stats  # noqa: B018  (the scan runs on first use)
     polls: list[int] = []
 
     def stop_after_the_scan() -> bool:  # one block: a poll per pass, then the read's
@@ -94,6 +95,21 @@ def test_a_cancel_stops_the_scan_and_the_read_of_the_stored_rows(tmp_path):
 
     rows = spark_auto.stored_rows(directory, None, scale=True,
                                   should_stop=stop_after_the_scan)
+    assert rows.stats.n_rows == 3000
     with pytest.raises(FitCancelled, match="reading the training rows"):
         rows.load(np.arange(100))
     assert len(polls) == 3
+
+
+def test_nothing_to_search_reads_nothing(tmp_path):
+    """gamma "auto" with the linear kernel is unused: no search, and no pass over the file
+    (the statistics are scanned on first use; the poll would count the blocks)."""
+    X = np.arange(6000.0).reshape(3000, 2)
+    directory = _store(tmp_path, "linear", X, np.arange(3000) % 2)
+    polls: list[int] = []
+    est = SODMClassifier(kernel="linear", lam=1.0, gamma="auto", theta=0.2)
+    params = {"kernel": "linear", "lam": 1.0, "gamma": "auto", "theta": 0.2}
+    info = spark_auto.choose(est, directory, None, np.arange(3000) % 2, params,
+                             progress=lambda f, m: None,
+                             should_stop=lambda: bool(polls.append(1)))
+    assert info is None and polls == [] and params["gamma"] == "auto"
