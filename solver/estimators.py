@@ -301,8 +301,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                                  f"scale={self.scale}")
             self._classes(y)
             Xs, seed = X, seed_for(self.random_state)
-            gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
-                                  X.shape[1], lambda: X.stats.variance)
+            gamma = self._numeric_gamma(X.shape[1], lambda: X.stats.variance)
         else:
             X, y, _, _ = self._fit_inputs(X, y)
             _, Xs, gamma, seed = self._scaled(X)
@@ -313,9 +312,14 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         value the search starts from) and the seed."""
         scaler = MinMaxScaler.fit(X) if self.scale else None
         Xs = scaler.transform(X) if scaler is not None else X
-        gamma = resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
-                              Xs.shape[1], lambda: overall_variance(Xs))
+        gamma = self._numeric_gamma(Xs.shape[1], lambda: overall_variance(Xs))
         return scaler, Xs, gamma, seed_for(self.random_state)
+
+    def _numeric_gamma(self, n_features: int, variance: Callable[[], float]) -> float:
+        """The kernel's gamma ("auto": the "scale" value the search starts from), given the
+        variance of all scaled training entries (asked for only when needed)."""
+        return resolve_gamma(self.kernel, "scale" if self.gamma == "auto" else self.gamma,
+                             n_features, variance)
 
     def _fit_inputs(self, X, y) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
         """Validated ``X`` (dense, or CSR with sorted indices) and ``y``, the sorted classes

@@ -253,9 +253,15 @@ def load_labels(directory: Path | str) -> np.ndarray:
 def load_rows(directory: Path | str, row_ids: np.ndarray
               ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """:func:`load_dataset` of the rows ``row_ids`` only (streamed, in ``row_id`` order)."""
-    keep = np.zeros(int(read_meta(directory)["n_rows"]), dtype=bool)
-    keep[np.asarray(row_ids)] = True
+    keep = _row_mask(read_meta(directory), row_ids)
     return load_dataset(directory, keep=lambda rid: keep[rid])
+
+
+def _row_mask(meta: dict[str, Any], row_ids: np.ndarray) -> np.ndarray:
+    """A mask over the stored rows that is true at ``row_ids``."""
+    keep = np.zeros(int(meta["n_rows"]), dtype=bool)
+    keep[np.asarray(row_ids)] = True
+    return keep
 
 
 def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarray] | None = None
@@ -298,10 +304,7 @@ def iter_row_blocks(directory: Path | str, row_ids: np.ndarray | None, block_row
     into blocks, with only a block and one file batch in memory at a time."""
     directory = Path(directory)
     meta = read_meta(directory)
-    keep = None
-    if row_ids is not None:
-        keep = np.zeros(int(meta["n_rows"]), dtype=bool)
-        keep[np.asarray(row_ids)] = True
+    keep = None if row_ids is None else _row_mask(meta, row_ids)
     pending: list[pa.Table] = []
     count = emitted = 0
     last = -1
