@@ -330,8 +330,12 @@ class FaceSystems:
                 Z = cho_solve(fac, Z, check_finite=False)
                 Z *= np.float32(root)
                 if R.size:
-                    Z -= Y @ cho_solve(C, Z[R].astype(np.float64),
-                                       check_finite=False).astype(np.float32)
+                    # on a nearly singular Y[R] this overflows float32 to inf / NaN: the
+                    # NaN residual is never a best iterate of _refine, and solve() then
+                    # factors the face anew, so the warning would only be noise
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        Z -= Y @ cho_solve(C, Z[R].astype(np.float64),
+                                           check_finite=False).astype(np.float32)
                 return Z[tp]
 
             if new.size:
