@@ -19,9 +19,10 @@ measurement's ratio of predicted to measured seconds::
 ``docs/auto-params.md`` records the run the constants in ``solver/autotune.py`` came from.
 
 Each kernel fit also records its epochs and the size of every face the active-set Newton
-step factored (``faces``), and the command fits a second model that adds those
-factorizations' work, ``FACE_SECONDS * sum(s**3) / 3``, to the first: what a cost model of
-rows alone leaves out (docs/auto-params.md, "The budget, measured").
+step factored (``faces``); the command then fits, the same way, the rows-only model and one that
+adds those factorizations' work ``c3 * sum(s**3) / 3``, and prints both models' errors by
+lam: what a cost model of rows alone leaves out (docs/auto-params.md, "The budget,
+measured").
 """
 
 from __future__ import annotations
@@ -99,14 +100,6 @@ def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
-def face_seconds(rows: list[dict[str, Any]]) -> float:
-    """``FACE_SECONDS``: the median, over the fits that factored a face, of the seconds the
-    rows-only prediction leaves unexplained per unit ``sum(s**3) / 3`` of their faces."""
-    per = [max(r["cpu_s"] - r["predicted_s"], 0.0) / (sum(s ** 3 for s in r["faces"]) / 3)
-           for r in rows if r["faces"]]
-    return float(np.median(per)) if per else 0.0
-
-
 def fit_constants(rows: list[dict[str, Any]], a: float, offset: float
                   ) -> tuple[float, float]:
     """``overhead`` on a log grid and ``unit`` the median of ``(t - overhead) / m^a (d +
@@ -143,6 +136,7 @@ def main() -> None:
             rows = rows[1:]  # the first fit of a family compiles the numba kernels
             overhead, unit = fit_constants(rows, expo, offset)
             for r in rows:
+                r["width_offset"] = offset
                 r["predicted_s"] = overhead + unit * r["rows"] ** expo * (r["d"] + offset)
                 r["ratio"] = r["predicted_s"] / r["cpu_s"]
                 print(f"{kernel:6} {r['dataset']:10} m={r['rows']:5d} lam=1e{r['log_lam']:g} "
@@ -166,26 +160,35 @@ def main() -> None:
 
 
 def _face_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rows-only prediction plus ``FACE_SECONDS * sum(s**3) / 3``: its constant and its
-    predicted / measured ratios, beside the rows-only ones, by lam."""
-    c3 = face_seconds(rows)
-    out: dict[str, Any] = {"face_seconds": c3, "by_log_lam": {}}
-    for r in rows:
-        r["face_gflop"] = sum(s ** 3 for s in r["faces"]) / 3e9
-        r["ratio_faces"] = (r["predicted_s"] + c3 * r["face_gflop"] * 1e9) / r["cpu_s"]
-    print(f"rbf + faces: FACE_SECONDS {c3:.4g} s per s^3/3 of the factored faces", flush=True)
-    for lam in sorted({r["log_lam"] for r in rows}):
-        sel = [r for r in rows if r["log_lam"] == lam]
-        a = np.array([r["ratio"] for r in sel])
-        b = np.array([r["ratio_faces"] for r in sel])
-        fac = sum(len(r["faces"]) for r in sel)
-        out["by_log_lam"][f"{lam:g}"] = {
-            "fits": len(sel), "factorizations": fac,
-            "rows_only": [float(a.min()), float(np.median(a)), float(a.max())],
-            "with_faces": [float(b.min()), float(np.median(b)), float(b.max())]}
-        print(f"  lam 1e{lam:g}: {len(sel)} fits, {fac} factorizations; predicted/measured "
-              f"rows only {a.min():.2f}/{np.median(a):.2f}/{a.max():.2f}, with faces "
-              f"{b.min():.2f}/{np.median(b):.2f}/{b.max():.2f} (min/median/max)", flush=True)
+    """Two models fitted the same way (non-negative least squares on relative error, all
+    kernel fits): ``c0 + c1 m^2 (d + offset)`` (rows only) and the same plus ``c3 *
+    sum(s^3) / 3`` over the faces factored (the Cholesky work); their predicted / measured
+    ratios on the fits of 3,000 rows or more, by lam."""
+    from scipy.optimize import nnls
+
+    t = np.array([r["cpu_s"] for r in rows])
+    m = np.array([r["rows"] for r in rows], dtype=float)
+    u = m ** 2 * (np.array([r["d"] for r in rows]) + rows[0]["width_offset"])
+    faces = np.array([sum(s ** 3 for s in r["faces"]) / 3 for r in rows])
+    lam = np.array([r["log_lam"] for r in rows])
+    big = m >= 3000
+    out: dict[str, Any] = {}
+    for name, cols in (("rows_only", [np.ones_like(t), u]),
+                       ("with_faces", [np.ones_like(t), u, faces])):
+        A = np.stack(cols, axis=1)
+        coef, _ = nnls(A / t[:, None], np.ones(len(t)))
+        ratio = A @ coef / t
+        by = {f"{lv:g}": [float(np.min(ratio[big & (lam == lv)])),
+                          float(np.median(ratio[big & (lam == lv)])),
+                          float(np.max(ratio[big & (lam == lv)]))]
+              for lv in sorted(set(lam[big].tolist()))}
+        err = float(np.mean(np.abs(np.log(ratio[big]))))
+        out[name] = {"coefficients": coef.tolist(), "mean_abs_log_ratio_3000": err,
+                     "ratio_3000_by_log_lam": by}
+        print(f"rbf {name}: coefficients {', '.join(f'{c:.3g}' for c in coef)}; fits of "
+              f">= 3,000 rows: mean |log(predicted/measured)| {err:.3f}; by lam (min/median/"
+              "max) " + "; ".join(f"1e{k}: {v[0]:.2f}/{v[1]:.2f}/{v[2]:.2f}"
+                                  for k, v in by.items()), flush=True)
     return out
 
 
