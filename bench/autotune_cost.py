@@ -19,10 +19,10 @@ measurement's ratio of predicted to measured seconds::
 ``docs/auto-params.md`` records the run the constants in ``solver/autotune.py`` came from.
 
 Each kernel fit also records its epochs and the size of every face the active-set Newton
-step factored (``faces``); the command then fits, the same way, the rows-only model and one that
-adds those factorizations' work ``c3 * sum(s**3) / 3``, and prints both models' errors by
-lam: what a cost model of rows alone leaves out (docs/auto-params.md, "The budget,
-measured").
+step factored (``faces``); the command then fits, the same way, the rows-only model, one that
+adds those factorizations' work ``c3 * sum(s**3) / 3`` and one that also adds the sweeps'
+``c4 * epochs * m**2``, and prints their errors by lam: what a cost model of rows alone
+leaves out (docs/auto-params.md, "The budget, measured").
 """
 
 from __future__ import annotations
@@ -160,21 +160,23 @@ def main() -> None:
 
 
 def _face_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Two models fitted the same way (non-negative least squares on relative error, all
-    kernel fits): ``c0 + c1 m^2 (d + offset)`` (rows only) and the same plus ``c3 *
-    sum(s^3) / 3`` over the faces factored (the Cholesky work); their predicted / measured
-    ratios on the fits of 3,000 rows or more, by lam."""
+    """Three models fitted the same way (non-negative least squares on relative error, all
+    kernel fits): ``c0 + c1 m^2 (d + offset)`` (rows only), plus ``c3 * sum(s^3) / 3`` over
+    the faces factored (the Cholesky work), plus ``c4 * epochs * m^2`` (the sweeps); their
+    predicted / measured ratios on the fits of 3,000 rows or more, by lam."""
     from scipy.optimize import nnls
 
     t = np.array([r["cpu_s"] for r in rows])
     m = np.array([r["rows"] for r in rows], dtype=float)
     u = m ** 2 * (np.array([r["d"] for r in rows]) + rows[0]["width_offset"])
     faces = np.array([sum(s ** 3 for s in r["faces"]) / 3 for r in rows])
+    epochs = np.array([r["epochs"] for r in rows]) * m ** 2
     lam = np.array([r["log_lam"] for r in rows])
     big = m >= 3000
     out: dict[str, Any] = {}
     for name, cols in (("rows_only", [np.ones_like(t), u]),
-                       ("with_faces", [np.ones_like(t), u, faces])):
+                       ("with_faces", [np.ones_like(t), u, faces]),
+                       ("with_faces_and_epochs", [np.ones_like(t), u, faces, epochs])):
         A = np.stack(cols, axis=1)
         coef, _ = nnls(A / t[:, None], np.ones(len(t)))
         ratio = A @ coef / t
