@@ -33,6 +33,8 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,19 @@ class _CountingFaces(nwt.FaceSystems):
         return super()._refactor(S, D, K_SS)
 
 
+@contextmanager
+def counting_faces() -> Iterator[list[int]]:
+    """Within the block, the size of every face the kernel solver factors is appended to
+    the list yielded."""
+    sizes: list[int] = []
+    _CountingFaces.sizes = sizes
+    real, nwt.FaceSystems = nwt.FaceSystems, _CountingFaces
+    try:
+        yield sizes
+    finally:
+        nwt.FaceSystems = real
+
+
 def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
     """CPU seconds of single fits of the exact solver (what one CV fold costs)."""
     from sklearn.exceptions import ConvergenceWarning
@@ -83,20 +98,14 @@ def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
                 est = ODMClassifier(kernel=kernel, lam=10.0 ** log_lam,
                                     gamma=scale * 10.0 ** log_gm, theta=0.5, scale=False,
                                     random_state=0)
-                _CountingFaces.sizes = []
-                real, nwt.FaceSystems = nwt.FaceSystems, _CountingFaces
-                try:
+                with counting_faces() as faces, warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
                     t = time.process_time()
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", ConvergenceWarning)
-                        est.fit(X[idx], y[idx])
+                    est.fit(X[idx], y[idx])
                     cpu = time.process_time() - t
-                finally:
-                    nwt.FaceSystems = real
                 rows.append({"dataset": name, "kernel": kernel, "rows": m, "d": d,
                              "log_lam": log_lam, "log_gamma_mult": log_gm, "cpu_s": cpu,
-                             "epochs": int(est.n_iter_.sum()),
-                             "faces": list(_CountingFaces.sizes)})
+                             "epochs": int(est.n_iter_.sum()), "faces": faces})
     return rows
 
 
@@ -153,13 +162,13 @@ def main() -> None:
                   f"predicted/measured median {np.median(ratios):.2f}, range "
                   f"{ratios.min():.2f}-{ratios.max():.2f}", flush=True)
             if kernel != "linear":
-                family["face_model"] = _face_model(rows)
+                family["face_model"] = face_models(rows)
             result["families"][kernel] = family
     if a.out is not None:
         a.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
-def _face_model(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def face_models(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Three models fitted the same way (non-negative least squares on relative error, all
     kernel fits): ``c0 + c1 m^2 (d + offset)`` (rows only), plus ``c3 * sum(s^3) / 3`` over
     the faces factored (the Cholesky work), plus ``c4 * epochs * m^2`` (the sweeps); their

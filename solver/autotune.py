@@ -79,8 +79,8 @@ def is_auto(value: Any) -> bool:
 class CostModel:
     """Predicted CPU seconds of one exact-solver fit (one BLAS thread): ``q * (overhead +
     unit * rows**exponent * (width + width_offset))``, ``width`` the mean nonzeros per row.
-    The constants come from ``bench.autotune_cost`` (docs/auto-params.md); the solver's
-    iterations vary with lam and gamma, so one fit may take a few times more or less."""
+    The constants come from ``bench.autotune_cost`` (docs/auto-params.md); the faces the
+    Newton step factors grow with lam, so one fit may take a few times more or less."""
 
     exponent: float
     overhead: float

@@ -1,0 +1,44 @@
+"""``bench.autotune_cost``'s face accounting: the faces a real kernel fit factors are counted,
+and the work model recovers seconds made of rows and face work where the rows-only one
+cannot."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.autotune_cost import counting_faces, face_models
+from solver import ODMClassifier
+from solver import newton_kernel as nwt
+
+
+def test_counting_faces_sees_the_newton_factorizations() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1, -1)
+    real = nwt.FaceSystems
+    # large lam: coordinate descent alone is slow, the active-set Newton step factors faces
+    with counting_faces() as faces:
+        ODMClassifier(kernel="rbf", gamma=0.2, lam=1e6, theta=0.5, random_state=0).fit(X, y)
+    assert nwt.FaceSystems is real
+    assert faces and all(0 < s <= 400 for s in faces), faces
+    with counting_faces() as none:
+        ODMClassifier(kernel="linear", lam=1e3, random_state=0).fit(X, y)
+    assert none == []
+
+
+def test_face_models_recover_face_work() -> None:
+    # seconds = 1e-3 + 1e-10 m^2 (d + 100) + 4e-11 sum(s^3)/3: rows alone cannot fit them
+    rows = []
+    for m in (1000, 3000, 6000):
+        for lam, faces in ((0.0, []), (3.0, [m // 2]), (6.0, [m, m // 2, m // 3])):
+            work = sum(s ** 3 for s in faces) / 3
+            rows.append({"rows": m, "d": 20.0, "width_offset": 100.0, "log_lam": lam,
+                         "epochs": 5, "faces": faces,
+                         "cpu_s": 1e-3 + 1e-10 * m * m * 120.0 + 4e-11 * work})
+    out = face_models(rows)
+    exact = out["with_faces"]
+    assert np.allclose(exact["coefficients"], [1e-3, 1e-10, 4e-11], rtol=1e-6)
+    assert exact["mean_abs_log_ratio_3000"] < 1e-6
+    assert out["rows_only"]["mean_abs_log_ratio_3000"] > 0.1
+    _, _, high = out["rows_only"]["ratio_3000_by_log_lam"]["6"]
+    assert high < 1.0  # rows alone under-predict the large-lam fits
