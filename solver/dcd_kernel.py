@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ class DualResult:
     objective: float
     converged: bool
     stopped: bool
+    newton: newton_kernel.NewtonWork = field(default_factory=newton_kernel.NewtonWork)
 
 
 def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,
@@ -218,7 +219,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
             f"(KKT violation {kkt:.3g} > tol {tol:g})",
             convergence_warning(), stacklevel=2)
     obj = dual_objective(y * f, alpha, params, m_scale)
-    return DualResult(alpha, n_iter, kkt, obj, converged, stopped)
+    return DualResult(alpha, n_iter, kkt, obj, converged, stopped,
+                      schedule.work() if schedule is not None else newton_kernel.NewtonWork())
 
 
 def _sweep(store: ColumnStore, rng, active, chunk: int, poll: _StopPoll, kdiag, y, alpha, f,

@@ -707,6 +707,7 @@ class ODMClassifier(ODMBase):
             "objective": float(res.objective),
             "converged": bool(res.converged),
             "seconds": time.perf_counter() - t0,
+            **({} if kind == "w" else res.newton.record()),
         }
         if Z_val is not None and y_val is not None and len(y_val):
             record["val_accuracy"] = _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val)

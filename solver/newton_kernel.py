@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
@@ -36,6 +37,7 @@ from solver import buffers
 from solver.kernel_columns import ColumnStore
 
 __all__ = [
+    "NewtonWork",
     "NewtonSchedule",
     "FaceSystems",
     "active_set_newton",
@@ -109,6 +111,28 @@ REFINE_MIN_GAIN = 0.5
 UPDATE_SHARE = 0.25
 
 
+@dataclass(frozen=True)
+class NewtonWork:
+    """What the Newton steps of one kernel solve did, counted (the same on any machine):
+    attempts, the size of every face factored (one that fails as not positive definite
+    included) and the faces solved from an earlier factor. Its cost grows with lam, which a
+    cost model of rows alone misses (docs/auto-params.md, "The budget, measured")."""
+
+    attempts: int = 0
+    factored: tuple[int, ...] = ()
+    updated: int = 0
+
+    @property
+    def factor_work(self) -> float:
+        """``sum(s**3) / 3`` over the faces factored: the Cholesky work, in multiply-adds."""
+        return float(sum(float(s) ** 3 for s in self.factored) / 3.0)
+
+    def record(self) -> dict[str, Any]:
+        """The fields a fit's history record keeps."""
+        return {"newton_attempts": self.attempts, "faces_factored": list(self.factored),
+                "faces_updated": self.updated, "factor_work": self.factor_work}
+
+
 @dataclass
 class NewtonSchedule:
     """When one kernel solve attempts an active-set Newton step, and the attempt itself.
@@ -139,6 +163,12 @@ class NewtonSchedule:
             DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes)))
         return cls(store, kdiag, y, float(dz), float(db), float(theta), direct_max,
                    min(direct_max, DIRECT_MAX_FACE), faces=FaceSystems(store))
+
+    def work(self) -> NewtonWork:
+        """What this solve's Newton steps did so far."""
+        faces = self.faces
+        return NewtonWork(self.n_attempts, tuple(faces.factored) if faces else (),
+                          faces.n_updated if faces else 0)
 
     def after_epoch(self, epoch: int, kkts: list[float], alpha: np.ndarray, f: np.ndarray,
                     tol: float, abort: Callable[[], bool] | None = None) -> bool:
@@ -212,7 +242,8 @@ class FaceSystems:
         # columns of the base's inverse computed so far (base position -> index in ycols)
         self.ycol = np.full(store.m, -1, dtype=np.int64)
         self.ycols: list[np.ndarray] = []
-        self.n_factored = 0  # factorizations (tests and benchmarks read it)
+        self.n_factored = 0  # factorizations that succeeded (tests read it)
+        self.factored: list[int] = []  # the size of every face factored, failed ones too
         self.n_updated = 0  # faces solved from the base factor
 
     def solve(self, S: np.ndarray, D: np.ndarray, t: np.ndarray,
@@ -252,6 +283,7 @@ class FaceSystems:
 
     def _refactor(self, S: np.ndarray, D: np.ndarray, K_SS: np.ndarray | None):
         """Factor this face (it becomes the base); returns its float32 solve."""
+        self.factored.append(int(S.size))
         self.base, self.fac = None, None  # the old factor goes before the new one is made
         self.pos[:] = -1
         self.ycol[:] = -1

@@ -1,29 +1,24 @@
-"""``bench.autotune_cost``'s face accounting: the faces a real kernel fit factors are counted,
-and the work model recovers seconds made of rows and face work where the rows-only one
+"""``bench.autotune_cost``'s face accounting: it reads the faces a real kernel fit factored,
+and its work model recovers seconds made of rows and face work where the rows-only one
 cannot."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench.autotune_cost import counting_faces, face_models
+from bench.autotune_cost import face_models, faces_of
 from solver import ODMClassifier
-from solver import newton_kernel as nwt
 
 
-def test_counting_faces_sees_the_newton_factorizations() -> None:
+def test_faces_of_reads_the_fits_newton_record() -> None:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 5))
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1, -1)
-    real = nwt.FaceSystems
     # large lam: coordinate descent alone is slow, the active-set Newton step factors faces
-    with counting_faces() as faces:
-        ODMClassifier(kernel="rbf", gamma=0.2, lam=1e6, theta=0.5, random_state=0).fit(X, y)
-    assert nwt.FaceSystems is real
+    est = ODMClassifier(kernel="rbf", gamma=0.2, lam=1e6, theta=0.5, random_state=0).fit(X, y)
+    faces = faces_of(est)
     assert faces and all(0 < s <= 400 for s in faces), faces
-    with counting_faces() as none:
-        ODMClassifier(kernel="linear", lam=1e3, random_state=0).fit(X, y)
-    assert none == []
+    assert faces_of(ODMClassifier(kernel="linear", lam=1e3, random_state=0).fit(X, y)) == []
 
 
 def test_face_models_recover_face_work() -> None:

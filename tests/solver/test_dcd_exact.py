@@ -297,6 +297,12 @@ def test_direct_newton_step_reaches_the_optimum_in_both_kernel_modes(cache_mb):
         slow = solve_kernel_dual(X, y, kernel, params, tol=1e-8, random_state=0,
                                  cache_size=cache_mb, max_iter=2000, newton=False)
     assert fast.converged and fast.n_iter < 20 < slow.n_iter
+    # the work is counted: faces of at most the 200 rows, their Cholesky work sum(s^3)/3
+    work = fast.newton
+    assert work.attempts >= 1 and work.factored and max(work.factored) <= 200
+    assert work.factor_work == pytest.approx(sum(s ** 3 for s in work.factored) / 3)
+    assert work.record()["faces_factored"] == list(work.factored)
+    assert slow.newton == nwt.NewtonWork()  # no Newton step, nothing counted
     assert fast.kkt_violation <= 1e-8
     assert kernel_kkt_violation(X, y, kernel, params, fast.alpha) <= 1e-7
     ref_obj, _ = _reference_dual(kernel_matrix(kernel, X), y, params)
