@@ -51,6 +51,8 @@ class PartitionSummary:
     converged: bool
     stopped: bool
     skipped: bool
+    factorizations: int = 0  # faces its Newton steps factored (NewtonWork)
+    factor_work: float = 0.0  # their sum(s^3) / 3
 
 
 @dataclass
@@ -101,6 +103,8 @@ def level_record(level: int, parts: Sequence[PartitionSummary], seconds: float,
         "n_iter": int(max((p.n_iter for p in parts), default=0)),
         "converged": bool(all(p.converged for p in parts)),
         "skipped_partitions": int(sum(p.skipped for p in parts)),
+        "factorizations": int(sum(p.factorizations for p in parts)),
+        "factor_work": float(sum(p.factor_work for p in parts)),
         "seconds": float(seconds),
         "elapsed": float(elapsed),
     }

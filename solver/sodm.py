@@ -77,6 +77,7 @@ from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, select_landmarks
 from solver.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
+from solver.newton_kernel import NewtonWork
 from solver.parallel import TaskPool, resolve_n_jobs
 from solver.partition import (
     level_ids,
@@ -142,6 +143,7 @@ class PartitionOutcome:
     stopped: bool
     skipped: bool
     seconds: float
+    newton: NewtonWork = field(default_factory=NewtonWork)
 
     def summary(self) -> PartitionSummary:
         """The history's view of this solve."""
@@ -151,7 +153,8 @@ class PartitionOutcome:
             objective=float(self.objective), kkt_violation=float(self.kkt_violation),
             warm_kkt=float(self.warm_kkt), n_iter=int(self.n_iter),
             converged=bool(self.converged), stopped=bool(self.stopped),
-            skipped=bool(self.skipped))
+            skipped=bool(self.skipped), factorizations=len(self.newton.factored),
+            factor_work=self.newton.factor_work)
 
 
 def default_p(n_rows: int, cache_size: float = 512.0) -> int:
@@ -277,7 +280,7 @@ def solve_partition(X, y, kernel: Kernel, params: ODMParams, alpha0, *, m_scale:
                             random_state=seed, should_stop=should_stop)
     return PartitionOutcome(res.alpha, float(res.objective), float(res.kkt_violation),
                             float(warm_kkt), int(res.n_iter), bool(res.converged),
-                            bool(res.stopped), False, time.perf_counter() - t0)
+                            bool(res.stopped), False, time.perf_counter() - t0, res.newton)
 
 
 def _rows(X, idx):

@@ -34,7 +34,7 @@ from solver.spark.data import DataInfo, batch_X, ddl_fields, model_space, sql
 __all__ = ["KernelRun", "SparkLevels", "sodm_kernel_spark"]
 
 _STATS = ("objective", "kkt_violation", "warm_kkt", "n_iter", "converged", "stopped",
-          "skipped", "seconds")
+          "skipped", "seconds", "factorizations", "factor_work")
 
 
 @dataclass
@@ -152,7 +152,8 @@ class SparkLevels:
             size=int(r["size"]), n_sv=int(r["nsv"]), objective=float(r["objective"]),
             kkt_violation=float(r["kkt_violation"]), warm_kkt=float(r["warm_kkt"]),
             n_iter=int(r["n_iter"]), converged=bool(r["converged"]),
-            stopped=bool(r["stopped"]), skipped=bool(r["skipped"]))
+            stopped=bool(r["stopped"]), skipped=bool(r["skipped"]),
+            factorizations=int(r["factorizations"]), factor_work=float(r["factor_work"]))
             for r in sorted(stats, key=lambda r: int(r["gid"]))]
         return LevelOutcome(parts, stopped=any(q.stopped for q in parts))
 
@@ -175,7 +176,8 @@ def _out_schema(state: Any) -> str:
     fields = ddl_fields(state, exclude=("zeta", "beta", "msize"))
     fields += ["zeta double", "beta double", "msize double", "gid long",
                "objective double", "kkt_violation double", "warm_kkt double", "n_iter long",
-               "converged boolean", "stopped boolean", "skipped boolean", "seconds double"]
+               "converged boolean", "stopped boolean", "skipped boolean", "seconds double",
+               "factorizations long", "factor_work double"]
     return ", ".join(fields)
 
 
@@ -216,6 +218,8 @@ def _make_solver(info: DataInfo, kernel: Any, params: Any, *, seed: int, level: 
         res["stopped"] = bool(out.stopped)
         res["skipped"] = bool(out.skipped)
         res["seconds"] = float(out.seconds)
+        res["factorizations"] = len(out.newton.factored)
+        res["factor_work"] = float(out.newton.factor_work)
         return res
 
     return solve

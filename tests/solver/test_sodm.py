@@ -91,6 +91,9 @@ def test_one_partition_equals_exact_solver(guide) -> None:
     ref = solve_kernel_dual(X, y, KERNEL, PARAMS, tol=1e-8, random_state=local_seed(5, 0, 0))
     np.testing.assert_allclose(res.alpha, ref.alpha, atol=1e-6)
     assert [h["level"] for h in res.history] == [0]
+    # the level record counts the partition's Newton work as the solver does
+    assert res.history[0]["factorizations"] == len(ref.newton.factored) > 0
+    assert res.history[0]["factor_work"] == ref.newton.factor_work
     other = solve_kernel_dual(X, y, KERNEL, PARAMS, tol=1e-8, random_state=123)
     np.testing.assert_allclose(res.alpha, other.alpha, atol=1e-6)
 

@@ -69,9 +69,10 @@ def test_kernel_sodm_matches_local_backend(kind: str, request: pytest.FixtureReq
     assert [round(f, 6) for f, _, _ in seen] == [0.5, 1.0]
     # one level driver: the same records (and messages) as the local run's
     same = ("level", "partitions", "partition_size", "n_sv", "n_iter", "converged",
-            "skipped_partitions", "converged_early")
+            "skipped_partitions", "factorizations", "factor_work", "converged_early")
     assert [{k: r[k] for k in same} for _, _, r in seen] == \
         [{k: r[k] for k in same} for r in local_kernel_model.history_]
+    assert any(r["factorizations"] for r in local_kernel_model.history_)  # Newton work counted
     for (_, _, r), loc in zip(seen, local_kernel_model.history_, strict=True):
         assert r["objective"] == pytest.approx(loc["objective"], rel=1e-9)
         assert r["backend"] == "spark"
