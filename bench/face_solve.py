@@ -82,36 +82,17 @@ def main() -> None:
                    Kernel("rbf", gamma=10.0 / 8), ODMParams(lam=1e5, upsilon=0.5, theta=0.8))
 
 
-class _CountingFaces(nwt.FaceSystems):
-    """The solver's face systems, keeping the size of every factored face."""
-
-    last: _CountingFaces | None = None
-
-    def __init__(self, store) -> None:
-        super().__init__(store)
-        self.sizes: list[int] = []
-        _CountingFaces.last = self
-
-    def _refactor(self, S, D, K_SS):
-        self.sizes.append(int(S.size))
-        return super()._refactor(S, D, K_SS)
-
-
 def _partition(label: str, X, y, kernel: Kernel, params: ODMParams) -> None:
     """Solve one partition (cache_size 1024, tol 1e-3) and print seconds, epochs, the faces
-    factored and how many faces were solved from an earlier factor."""
-    real = nwt.FaceSystems
-    nwt.FaceSystems = _CountingFaces
-    try:
-        t = time.perf_counter()
-        r = dk.solve_kernel_dual(X, y, kernel, params, tol=1e-3, cache_size=1024,
-                                 random_state=0)
-        sec = time.perf_counter() - t
-    finally:
-        nwt.FaceSystems = real
-    f = _CountingFaces.last
-    print(f"{label}: {sec:.2f} s, {r.n_iter} epochs, factorizations of {f.sizes}, "
-          f"{f.n_updated} faces solved from an earlier factor", flush=True)
+    factored and how many faces were solved from an earlier factor (the solve's
+    ``NewtonWork``)."""
+    t = time.perf_counter()
+    r = dk.solve_kernel_dual(X, y, kernel, params, tol=1e-3, cache_size=1024, random_state=0)
+    sec = time.perf_counter() - t
+    print(f"{label}: {sec:.2f} s, {r.n_iter} epochs, factorizations of "
+          f"{list(r.newton.factored)}, {r.newton.updated} faces solved from an earlier factor",
+          flush=True)
+
 
 if __name__ == "__main__":
     main()
