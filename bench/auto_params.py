@@ -62,6 +62,10 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
         est.fit(X, y)
         wall = time.perf_counter() - t0
     info = est.fit_info_["auto"]
+    # the final fit's counted work per level (what its estimate is checked against)
+    levels = [{k: h.get(k) for k in ("level", "partitions", "partition_size", "n_iter",
+                                     "factorizations", "factor_work")}
+              for h in est.history_ if "level" in h]
     return {"accuracy": float(est.score(Xt, yt)), "chosen": info["chosen"],
             "gamma_mult": info["chosen"]["gamma"] / info["gamma_scale"],
             "search_cpu_s": info["cpu_seconds"], "final_cpu_s": info["final_fit_cpu_seconds"],
@@ -71,7 +75,8 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "total_cpu_s": clock.seconds, "wall_s": wall, "cv_rows": info["rows"],
             "row_bound": info["row_bound"], "rungs": info["rungs"],
             "n_evaluations": len(info["cv_table"]),
-            "within_budget": info["within_budget"], "stop_reason": info["stop_reason"]}
+            "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
+            "final_levels": levels}
 
 
 def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
