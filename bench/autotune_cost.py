@@ -8,10 +8,11 @@ per row) and ``q`` binary problems is predicted to cost::
     seconds(m) = q * (FIT_OVERHEAD + UNIT_SECONDS * m**a * (d + FEATURE_OFFSET))
 
 with ``a = 2`` for the kernels and ``a = 1`` for the linear kernel. This command fits the
-constants: it times single fits (what one CV fold costs; one BLAS thread, process CPU
-seconds) of ``ODMClassifier`` at several row counts and points of the grid on the shared
-datasets, and prints ``FIT_OVERHEAD`` and ``UNIT_SECONDS`` per kernel family (the pair with
-the smallest mean log error, ``fit_constants``) for a given ``FEATURE_OFFSET``, with each
+constants: it times CV folds (a fit and the predictions for half as many other rows: what one
+fold of the search costs; one BLAS thread, process CPU seconds) of ``ODMClassifier`` at
+several row counts and points of the grid on the shared datasets, and prints
+``FIT_OVERHEAD`` and ``UNIT_SECONDS`` per kernel family (the pair with the smallest mean log
+error, ``fit_constants``) for a given ``FEATURE_OFFSET``, with each
 measurement's ratio of predicted to measured seconds::
 
     PYTHONPATH=. .venv/bin/python -m bench.autotune_cost [--out docs/bench-runs/autotune-cost.json]
@@ -22,7 +23,9 @@ Each kernel fit also records its epochs and the size of every face the active-se
 step factored (``faces``); the command then fits, the same way, the rows-only model, one that
 adds those factorizations' work ``c3 * sum(s**3) / 3`` and one that also adds the sweeps'
 ``c4 * epochs * m**2``, and prints their errors by lam: what a cost model of rows alone
-leaves out (docs/auto-params.md, "The budget, measured").
+leaves out (docs/auto-params.md, "The budget, measured"). The kernel constants the search
+uses (``KERNEL_COST``: overhead, unit, factor_unit) are the ``with_faces`` coefficients;
+the linear kernel's are ``fit_constants``' pair.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ def faces_of(est) -> list[int]:
 
 
 def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
-    """CPU seconds of single fits of the exact solver (what one CV fold costs)."""
+    """CPU seconds of one CV fold of the search: a fit of the exact solver on ``m`` rows and
+    its predictions for ``m / 2`` others (the validation third when the fit has two)."""
     from sklearn.exceptions import ConvergenceWarning
 
     from solver import ODMClassifier
@@ -72,6 +76,7 @@ def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
             if m > len(y):
                 continue
             idx = rng.choice(len(y), m, replace=False)
+            val = rng.choice(len(y), m // 2, replace=False)
             points = POINTS if kernel != "linear" else ((0.0, 0.0), (3.0, 0.0), (6.0, 0.0))
             for log_lam, log_gm in points:
                 est = ODMClassifier(kernel=kernel, lam=10.0 ** log_lam,
@@ -81,9 +86,12 @@ def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
                     est.fit(X[idx], y[idx])
+                fit = time.process_time() - t
+                est.predict(X[val])
                 cpu = time.process_time() - t
                 rows.append({"dataset": name, "kernel": kernel, "rows": m, "d": d,
                              "log_lam": log_lam, "log_gamma_mult": log_gm, "cpu_s": cpu,
+                             "fit_cpu_s": fit,
                              "epochs": int(est.n_iter_.sum()), "faces": faces_of(est)})
     return rows
 

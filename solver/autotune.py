@@ -88,7 +88,8 @@ def is_auto(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class CostModel:
-    """CPU seconds of one exact-solver fit (one BLAS thread) from its counted work:
+    """CPU seconds of one CV fold of the exact solver (a fit and its predictions for half as
+    many rows; one BLAS thread) from its counted work:
     ``q * (overhead + unit * rows**exponent * (width + width_offset)) + factor_unit * W``,
     ``width`` the mean nonzeros per row and ``W`` the ``sum(s**3) / 3`` of the faces the
     Newton steps factored. The constants come from ``bench.autotune_cost``
@@ -107,9 +108,9 @@ class CostModel:
                 + self.factor_unit * factor_work)
 
 
-KERNEL_COST = CostModel(exponent=2.0, overhead=1.84e-3, unit=1.35e-10, width_offset=100.0,
-                        factor_unit=3.64e-11)
-LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.9e-8, width_offset=0.0)
+KERNEL_COST = CostModel(exponent=2.0, overhead=1.47e-3, unit=1.04e-10, width_offset=100.0,
+                        factor_unit=3.09e-11)
+LINEAR_COST = CostModel(exponent=1.0, overhead=1.59e-3, unit=4.73e-8, width_offset=0.0)
 
 
 def grown_face_work(faces: Sequence[int], ratio: float, cap: int = DIRECT_MAX_FACE) -> float:
