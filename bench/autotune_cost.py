@@ -23,9 +23,14 @@ Each kernel fit also records its epochs and the size of every face the active-se
 step factored (``faces``); the command then fits, the same way, the rows-only model, one that
 adds those factorizations' work ``c3 * sum(s**3) / 3`` and one that also adds the sweeps'
 ``c4 * epochs * m**2``, and prints their errors by lam: what a cost model of rows alone
-leaves out (docs/auto-params.md, "The budget, measured"). The kernel constants the search
-uses (``KERNEL_COST``: overhead, unit, factor_unit) are the ``with_faces`` coefficients;
-the linear kernel's are ``fit_constants``' pair.
+leaves out (docs/auto-params.md, "The budget, measured").
+
+Last, it runs the kernel search itself (``solver.autotune.search``, lam, gamma and theta
+"auto", a fixed budget of ``--search-budget`` seconds) on each dataset's training split and
+fits the same three-term model to what every scored candidate cost (``search_constants``:
+its k folds, fits, predictions and the search's own overhead, against its rows and the faces
+it factored). Those are the kernel constants the search uses (``KERNEL_COST``: overhead per
+fold, unit, factor_unit); the linear kernel's are ``fit_constants``' pair.
 """
 
 from __future__ import annotations
@@ -118,6 +123,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--offset", type=float, default=100.0,
                     help="FEATURE_OFFSET of the kernel family (the linear one uses 0)")
+    ap.add_argument("--search-budget", type=float, default=20.0,
+                    help="predicted CPU seconds of each calibration search")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     warnings.simplefilter("ignore")
@@ -151,8 +158,75 @@ def main() -> None:
             if kernel != "linear":
                 family["face_model"] = face_models(rows)
             result["families"][kernel] = family
+    result["search"] = search_constants(a.search_budget, a.offset)
     if a.out is not None:
         a.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def search_entries(budget: float, seed: int = 0) -> list[dict[str, Any]]:
+    """Every candidate the kernel search scored on each dataset's training split (lam,
+    gamma, theta "auto", the default settings but a fixed budget of ``budget`` predicted
+    seconds): its rows, the faces of each fold, and its measured CPU seconds."""
+    from solver import ODMClassifier
+    from solver.autotune import AUTO_PARAMS, SearchSettings, search
+
+    out: list[dict[str, Any]] = []
+    for name in DATASETS:
+        s = load_split(name)
+        X, y = s.X_train, s.y_train
+        res = search(lambda v: ODMClassifier(scale=False, random_state=seed, **v), X, y,
+                     linear=False, gamma_scale=1.0 / (X.shape[1] * float(np.var(X))),
+                     fixed={}, auto=AUTO_PARAMS, seed=seed,
+                     settings=SearchSettings(budget_floor_seconds=budget, budget_factor=0.0))
+        out += [{"dataset": name, "d": _mean_nnz(X), "folds": res.folds, "rows": r["rows"],
+                 "lam": r["lam"], "stage": r["stage"], "faces": r["faces"],
+                 "cpu_s": r["cpu_seconds"]} for r in res.table]
+        print(f"search {name}: {len(res.table)} candidates, rungs "
+              f"{[(r['rows'], r['candidates']) for r in res.rungs]}, "
+              f"{res.cpu_seconds:.1f} CPU s", flush=True)
+    return out
+
+
+def search_constants(budget: float, offset: float) -> dict[str, Any]:
+    """:func:`search_model` of the calibration searches' candidates (the first left out: it
+    compiles the numba kernels)."""
+    return {"budget": budget, **search_model(search_entries(budget)[1:], offset)}
+
+
+def search_model(entries: list[dict[str, Any]], offset: float) -> dict[str, Any]:
+    """The three-term model fitted to what each candidate of the search cost (non-negative
+    least squares on relative error): ``folds * c0 + c1 * sum m_f^2 (d + offset) + c3 *
+    sum W_f`` over its folds (``m_f`` the fold's training rows, ``W_f`` its faces'
+    ``sum(s^3) / 3``)."""
+    from scipy.optimize import nnls
+
+    t = np.array([e["cpu_s"] for e in entries])
+    k = np.array([e["folds"] for e in entries], dtype=float)
+    m = np.array([e["rows"] for e in entries], dtype=float) * (k - 1) / k
+    u = k * m ** 2 * (np.array([e["d"] for e in entries]) + offset)
+    w = np.array([sum(s ** 3 for f in e["faces"] for s in f) / 3 for e in entries])
+    A = np.stack([k, u, w], axis=1)
+    coef, _ = nnls(A / t[:, None], np.ones(len(t)))
+    ratio = A @ coef / t
+    for e, r in zip(entries, ratio, strict=True):
+        e["ratio"] = float(r)
+    rows = np.array([e["rows"] for e in entries])
+    by_rows = {}
+    for lo, hi in ((0, 1000), (1000, 3000), (3000, 10 ** 9)):
+        sel = (rows >= lo) & (rows < hi)
+        if sel.any():
+            by_rows[f"{lo}-{hi}"] = [int(sel.sum()), float(np.median(ratio[sel])),
+                                     float(t[sel].sum()), float((A[sel] @ coef).sum())]
+    total = float((A @ coef).sum() / t.sum())
+    print(f"rbf search: coefficients {', '.join(f'{c:.3g}' for c in coef)} (overhead per "
+          f"fold, unit, factor_unit); {len(entries)} candidates, predicted / measured "
+          f"in all {total:.2f}, median {np.median(ratio):.2f}, range {ratio.min():.2f}-"
+          f"{ratio.max():.2f}; by rung rows (count, median ratio, measured s, predicted s): "
+          + "; ".join(f"{k_}: {v[0]}, {v[1]:.2f}, {v[2]:.1f}, {v[3]:.1f}"
+                      for k_, v in by_rows.items()), flush=True)
+    return {"coefficients": coef.tolist(), "ratio_total": total,
+            "ratio_median": float(np.median(ratio)), "by_rows": by_rows,
+            "entries": entries}
 
 
 def face_models(rows: list[dict[str, Any]]) -> dict[str, Any]:

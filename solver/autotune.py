@@ -88,12 +88,14 @@ def is_auto(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class CostModel:
-    """CPU seconds of one CV fold of the exact solver (a fit and its predictions for half as
-    many rows; one BLAS thread) from its counted work:
+    """CPU seconds of one CV fold of the search (a fit of the exact solver, its predictions
+    for the validation rows and the search's own work around them; one BLAS thread) from
+    its counted work:
     ``q * (overhead + unit * rows**exponent * (width + width_offset)) + factor_unit * W``,
     ``width`` the mean nonzeros per row and ``W`` the ``sum(s**3) / 3`` of the faces the
-    Newton steps factored. The constants come from ``bench.autotune_cost``
-    (docs/auto-params.md, "The budget on counted work")."""
+    Newton steps factored. The constants come from ``bench.autotune_cost`` (the kernels':
+    fitted to the candidates its searches scored; docs/auto-params.md, "The budget on
+    counted work")."""
 
     exponent: float
     overhead: float
@@ -108,9 +110,9 @@ class CostModel:
                 + self.factor_unit * factor_work)
 
 
-KERNEL_COST = CostModel(exponent=2.0, overhead=1.47e-3, unit=1.04e-10, width_offset=100.0,
-                        factor_unit=3.09e-11)
-LINEAR_COST = CostModel(exponent=1.0, overhead=1.59e-3, unit=4.73e-8, width_offset=0.0)
+KERNEL_COST = CostModel(exponent=2.0, overhead=4.28e-4, unit=9.27e-11, width_offset=100.0,
+                        factor_unit=5.43e-11)
+LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.61e-8, width_offset=0.0)
 
 
 def grown_face_work(faces: Sequence[int], ratio: float, cap: int = DIRECT_MAX_FACE) -> float:

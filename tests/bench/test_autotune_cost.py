@@ -1,12 +1,14 @@
 """``bench.autotune_cost``'s face accounting: it reads the faces a real kernel fit factored,
-and its work model recovers seconds made of rows and face work where the rows-only one
-cannot."""
+its work model recovers seconds made of rows and face work where the rows-only one cannot,
+and its calibration searches record what each candidate cost."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from bench.autotune_cost import face_models, faces_of
+import bench.autotune_cost as autotune_cost
+from bench.autotune_cost import face_models, faces_of, search_entries, search_model
 from solver import ODMClassifier
 
 
@@ -37,3 +39,27 @@ def test_face_models_recover_face_work() -> None:
     assert out["rows_only"]["mean_abs_log_ratio_3000"] > 0.1
     _, _, high = out["rows_only"]["ratio_3000_by_log_lam"]["6"]
     assert high < 1.0  # rows alone under-predict the large-lam fits
+
+
+def test_search_model_recovers_the_constants() -> None:
+    # a candidate of k folds costs k c0 + c1 k m_f^2 (d + 100) + c3 sum of its faces' work
+    entries = []
+    for rows in (600, 1800, 5400):
+        m = rows * 2 / 3
+        for faces in ([], [[int(m // 2)]] * 3, [[int(m), int(m // 3)]] * 3):
+            work = sum(s ** 3 for f in faces for s in f) / 3
+            entries.append({"dataset": "x", "d": 10.0, "folds": 3, "rows": rows,
+                            "faces": faces or [[], [], []],
+                            "cpu_s": 3 * 5e-4 + 1e-10 * 3 * m * m * 110.0 + 5e-11 * work})
+    out = search_model(entries, 100.0)
+    assert np.allclose(out["coefficients"], [5e-4, 1e-10, 5e-11], rtol=1e-6)
+    assert out["ratio_total"] == pytest.approx(1.0)
+
+
+def test_search_entries_record_each_candidates_faces_and_seconds(monkeypatch) -> None:
+    monkeypatch.setattr(autotune_cost, "DATASETS", ("svmguide1",))
+    entries = search_entries(budget=0.3)
+    assert len(entries) >= 35  # the first rung runs whole
+    assert all(len(e["faces"]) == e["folds"] == 3 and e["cpu_s"] > 0 for e in entries)
+    assert any(any(f) for e in entries for f in e["faces"])  # some fits factored faces
+    assert {e["rows"] for e in entries} <= {1029, 3089}
