@@ -29,8 +29,9 @@ Last, it runs the kernel search itself (``solver.autotune.search``, lam, gamma a
 "auto", a fixed budget of ``--search-budget`` seconds) on each dataset's training split and
 fits the same three-term model to what every scored candidate cost (``search_constants``:
 its k folds, fits, predictions and the search's own overhead, against its rows and the faces
-it factored). Those are the kernel constants the search uses (``KERNEL_COST``: overhead per
-fold, unit, factor_unit); the linear kernel's are ``fit_constants``' pair.
+it factored): a budget on counted work, tried and not adopted (docs/auto-params.md). The
+search still decides on the rows-only pairs (``KERNEL_COST``, ``LINEAR_COST``) of this
+command's earlier run, which timed single fits (docs/bench-runs/autotune-cost.json).
 """
 
 from __future__ import annotations

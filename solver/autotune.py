@@ -28,32 +28,22 @@ cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean acc
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
 
 **Budget**: the search may spend ``max(floor_seconds, factor * F)`` CPU seconds, ``F`` the
-CPU seconds of the final fit (defaults 10 s and 3). Every decision is made on CPU seconds
-*computed from counted work* (:class:`CostModel`), never on the clock, so the same rows and
-request give the same choice on any machine and under any load (the service's job and the
-library's fit agree). A fit of ``m`` rows costs ``q (c0 + c1 m^a (d + d0)) + c3 W``: ``d``
+CPU seconds of the final fit (defaults 10 s and 3). The decisions are made on *predicted*
+seconds (:class:`CostModel`: a fit of ``m`` rows costs ``q (c0 + c1 m^a (d + d0))``, ``d``
 the mean nonzeros per row, ``q`` the binary problems, ``a`` 2 for kernels and 1 for the
-linear kernel, and ``W`` the Cholesky work ``sum(s^3) / 3`` of the faces its active-set
-Newton steps factored (:class:`~solver.newton_kernel.NewtonWork`; kernels only), the part
-that grows with lam. What the search has spent is that cost of the fits it ran, with their
-own ``W``. What a candidate will cost on a larger rung is predicted from the nearest point
-already scored (the same point on the previous rung, or the point being refined): its
-faces grow with the rows, and a face that would outgrow what the Newton step factors
-(``DIRECT_MAX_FACE``) is left out. ``F`` is predicted the same way from the best candidate
-so far: SODM solves ``n / m`` partitions of ``m`` rows (those whose float32 kernel fits
-``cache_size``), the linear solvers all rows at once; before the first rung it is the rows
-term alone, so the budget only grows as the search learns the cost of the point it will
-fit. The first rung always runs; a later rung, or a refinement step, only when its
-predicted cost fits what is left. The measured CPU seconds of the search (and, by the
-caller, of the final fit) are recorded beside the counted ones, with the budget checked on
-the measured numbers.
+linear kernel), never on the clock, so the same rows and request give the same choice on
+any machine and under any load (the service's job and the library's fit agree). ``F`` is
+predicted the same way: SODM solves ``n / m`` partitions of ``m`` rows (those whose float32
+kernel fits ``cache_size``), the linear solvers all rows at once. The first rung always
+runs; a later rung, or a refinement step, only when its predicted cost fits what is left.
+The measured CPU seconds of the search (and, by the caller, of the final fit) are recorded
+beside the prediction, with the budget checked on the measured numbers.
 
-**Rows read**: before scoring anything, the search knows the largest rung it will run
-(``row_bound``: the largest its rows-only budget allows; a budget that grows later buys more
-candidates and refinement on rungs up to it, not larger rungs); it only touches the first
-``row_bound`` rows of its stratified order. Given :class:`~solver.row_blocks.LazyRows`
-instead of a matrix (a Spark job's worker, whose rows stay in the stored file), it reads
-just those rows, so the memory it needs grows with the budget, not with the data.
+**Rows read**: before scoring anything, the search knows the largest rung its budget can
+ever allow (``row_bound``); it only touches the first ``row_bound`` rows of its stratified
+order. Given :class:`~solver.row_blocks.LazyRows` instead of a matrix (a Spark job's worker,
+whose rows stay in the stored file), it reads just those rows, so the memory it needs
+grows with the budget, not with the data.
 """
 
 from __future__ import annotations
@@ -61,7 +51,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,11 +59,10 @@ import numpy as np
 
 from solver.cputime import CpuClock
 from solver.exceptions import FitCancelled
-from solver.newton_kernel import DIRECT_MAX_FACE
 from solver.row_blocks import LazyRows
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
-           "AutoResult", "grown_face_work", "is_auto", "search", "with_final_fit"]
+           "AutoResult", "is_auto", "search", "with_final_fit"]
 
 AUTO = "auto"
 AUTO_PARAMS = ("lam", "gamma", "theta")
@@ -88,38 +77,23 @@ def is_auto(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class CostModel:
-    """CPU seconds of one CV fold of the search (a fit of the exact solver, its predictions
-    for the validation rows and the search's own work around them; one BLAS thread) from
-    its counted work:
-    ``q * (overhead + unit * rows**exponent * (width + width_offset)) + factor_unit * W``,
-    ``width`` the mean nonzeros per row and ``W`` the ``sum(s**3) / 3`` of the faces the
-    Newton steps factored. The constants come from ``bench.autotune_cost`` (the kernels':
-    fitted to the candidates its searches scored; docs/auto-params.md, "The budget on
-    counted work")."""
+    """Predicted CPU seconds of one exact-solver fit (one BLAS thread): ``q * (overhead +
+    unit * rows**exponent * (width + width_offset))``, ``width`` the mean nonzeros per row.
+    The constants come from ``bench.autotune_cost`` (docs/auto-params.md); the faces the
+    Newton step factors grow with lam, so one fit may take a few times more or less."""
 
     exponent: float
     overhead: float
     unit: float
     width_offset: float
-    factor_unit: float = 0.0
 
-    def fit_seconds(self, rows: float, width: float, problems: int,
-                    factor_work: float = 0.0) -> float:
-        return (problems * (self.overhead
-                            + self.unit * rows ** self.exponent * (width + self.width_offset))
-                + self.factor_unit * factor_work)
+    def fit_seconds(self, rows: float, width: float, problems: int) -> float:
+        return problems * (self.overhead
+                           + self.unit * rows ** self.exponent * (width + self.width_offset))
 
 
-KERNEL_COST = CostModel(exponent=2.0, overhead=4.28e-4, unit=9.27e-11, width_offset=100.0,
-                        factor_unit=5.43e-11)
-LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.61e-8, width_offset=0.0)
-
-
-def grown_face_work(faces: Sequence[int], ratio: float, cap: int = DIRECT_MAX_FACE) -> float:
-    """``sum(s**3) / 3`` of ``faces`` grown by ``ratio`` (faces grow with the rows), leaving
-    out those that outgrow ``cap``: the Newton step does not factor them."""
-    grown = (s * ratio for s in faces)
-    return float(sum(g ** 3 for g in grown if g <= cap) / 3.0)
+KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=3.29e-10, width_offset=100.0)
+LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.9e-8, width_offset=0.0)
 
 
 @dataclass(frozen=True)
@@ -163,8 +137,7 @@ class _Score:
     std_accuracy: float
     fold_accuracy: list[float]
     cpu_seconds: float
-    faces: list[list[int]]  # per fold: every face its Newton steps factored
-    counted_seconds: float  # the cost model's seconds of its fits, from their counted work
+    faces: list[list[int]]  # per fold: the faces its Newton steps factored (NewtonWork)
 
 
 @dataclass
@@ -282,9 +255,11 @@ class _Search:
         lazy = isinstance(Xs, LazyRows)
         self.width = Xs.stats.width if lazy else _mean_width(Xs)
         n = float(len(y))
-        self.m_solve = n if linear or solve_rows is None else min(n, float(solve_rows))
-        self.best: _Score | None = None  # the best candidate so far (sets the budget)
-        self.spent = 0.0  # the cost model's CPU seconds of the fits run so far
+        m_solve = n if linear or solve_rows is None else min(n, float(solve_rows))
+        self.final_estimate = n / m_solve * self.fit_seconds(m_solve)
+        self.budget = max(settings.budget_floor_seconds,
+                          settings.budget_factor * self.final_estimate)
+        self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
         self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         self.sizes = _rung_sizes(len(y), settings)
@@ -351,6 +326,7 @@ class _Search:
             return self.scores[key]
         from sklearn.exceptions import ConvergenceWarning
 
+        self.predicted += self.cv_seconds(rows)
         t0 = time.process_time()
         accs, faces = [], []
         for tr, va in self.splits(rows):
@@ -364,81 +340,32 @@ class _Search:
                 est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop)
             accs.append(float(np.mean(est.predict(self.rows(va)) == self.y[va])))
             faces.append([int(f) for rec in est.history_ for f in rec.get("faces_factored", ())])
-        counted = sum(self.fit_seconds(self.fold_rows(rows), grown_face_work(f, 1.0, math.inf))
-                      for f in faces)
-        self.spent += counted
         sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
-                    time.process_time() - t0, faces, counted)
+                    time.process_time() - t0, faces)
         self.scores[key] = sc
         self.table.append(sc)
         return sc
 
     # ------------------------------------------------------------------------- budget
-    def fit_seconds(self, rows: float, factor_work: float = 0.0) -> float:
-        return self.cost.fit_seconds(rows, self.width, self.problems, factor_work)
+    def fit_seconds(self, rows: float) -> float:
+        return self.cost.fit_seconds(rows, self.width, self.problems)
 
-    def fold_rows(self, rows: int) -> float:
-        """Training rows of one CV fit on a rung of ``rows`` rows."""
+    def cv_seconds(self, rows: int) -> float:
+        """Predicted CPU seconds of scoring one candidate on ``rows`` rows (k fits)."""
         k = self.s.folds
-        return rows * (k - 1) / k
-
-    def _nearest(self, p: _Point, rows: int) -> _Score | None:
-        """The scored candidate a prediction for ``p`` on ``rows`` rows starts from: among
-        those scored on at most ``rows`` rows, the nearest to ``p`` (log lam, log gamma,
-        theta; ``p`` itself on a smaller rung when it was scored there), then the one on the
-        most rows."""
-        def key(sc: _Score) -> tuple:
-            q = sc.point
-            gap = (abs(q.log_lam - p.log_lam) + abs(q.log_gamma_mult - p.log_gamma_mult)
-                   + abs(q.theta - p.theta))
-            return (gap, -sc.rows, self.preference(sc))
-        known = [sc for (_, m), sc in self.scores.items() if m <= rows]
-        return min(known, key=key) if known else None
-
-    def face_work(self, src: _Score | None, rows: float) -> float:
-        """Mean factorization work per CV fit of ``src``, its faces grown to fits of ``rows``
-        training rows (0 with nothing scored yet, or for the linear kernel)."""
-        if src is None or not src.faces:
-            return 0.0
-        ratio = rows / self.fold_rows(src.rows)
-        return float(np.mean([grown_face_work(f, ratio) for f in src.faces]))
-
-    def cv_seconds(self, p: _Point | None, rows: int) -> float:
-        """Predicted CPU seconds of scoring ``p`` on ``rows`` rows (k fits); ``None``: the
-        rows term alone."""
-        m = self.fold_rows(rows)
-        src = None if p is None else self._nearest(p, rows)
-        return self.s.folds * self.fit_seconds(m, self.face_work(src, m))
-
-    def final_estimate(self, best: _Score | None) -> float:
-        """Predicted CPU seconds of the final fit at ``best``'s values (rows term alone for
-        None): ``n / m_solve`` solves of ``m_solve`` rows."""
-        m = self.m_solve
-        return len(self.y) / m * self.fit_seconds(m, self.face_work(best, m))
-
-    def budget_for(self, best: _Score | None) -> float:
-        return max(self.s.budget_floor_seconds, self.s.budget_factor * self.final_estimate(best))
-
-    @property
-    def budget(self) -> float:
-        return self.budget_for(self.best)
+        return k * self.fit_seconds(rows * (k - 1) / k)
 
     def left(self) -> float:
-        return self.budget - self.spent
-
-    def reserve(self, rows: int, p: _Point) -> float:
-        """One refinement round kept in reserve: two neighbours per axis, predicted as ``p``."""
-        return 2 * max(1, len(self.auto)) * self.cv_seconds(p, rows)
+        return self.budget - self.predicted
 
     def _row_bound(self) -> int:
         """The most rows a rung can use: the first rung's, or the largest later one whose
-        ``keep_min`` candidates and the refinement reserve fit the rows-only budget (what
-        :meth:`fits` allows before anything is scored)."""
+        ``keep_min`` candidates and the refinement reserve fit the whole budget (what
+        :meth:`fits` allows before anything is spent)."""
         bound = self.sizes[0]
-        budget = self.budget_for(None)
         for rows in self.sizes[1:]:
-            each = self.cv_seconds(None, rows)
-            if (budget - 2 * max(1, len(self.auto)) * each) // each < self.s.keep_min:
+            each = self.cv_seconds(rows)
+            if (self.budget - 2 * max(1, len(self.auto)) * each) // each < self.s.keep_min:
                 break
             bound = rows
         return bound
@@ -454,13 +381,12 @@ class _Search:
         stop = "all rows used" if sizes[-1] == len(self.y) else f"row cap ({s.max_rows})"
         for r, rows in enumerate(sizes):
             if r > 0:
-                fits = self.fits(rows, cands)
-                if rows > self.row_bound or fits < s.keep_min:
+                fits = self.fits(rows)
+                if fits < s.keep_min:
                     stop = "budget"
                     break
                 cands = cands[:fits]
             ranked = self.rung(rungs, f"halving {r}", rows, cands)
-            self.best = ranked[0]
             keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
             if staged and r == 0:
@@ -468,13 +394,11 @@ class _Search:
         if staged and len(rungs) == 1:
             # no later rung took the other thetas: score them on the first rung's rows
             rows = ranked[0].rows
-            todo = [p for p in cands if (p, rows) not in self.scores]
-            todo = todo[:max(0, self.fits(rows, todo))]
+            todo = [p for p in cands if (p, rows) not in self.scores][:max(0, self.fits(rows))]
             if todo:
                 self.rung(rungs, "theta", rows, todo)
                 ranked = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
                                 key=self.preference)
-                self.best = ranked[0]
         best = ranked[0]
         rows = best.rows
         best, refine_stop = self._refine(best, rows)
@@ -482,34 +406,23 @@ class _Search:
             stop = "budget"
         return best, rungs, stop
 
-    def fits(self, rows: int, cands: list[_Point]) -> int:
-        """How many of ``cands`` (a prefix) fit on ``rows`` rows in what is left of the
-        budget, keeping one refinement round around the first of them in reserve."""
-        if not cands:
-            return 0
-        room = self.left() - self.reserve(rows, cands[0])
-        n = 0
-        for p in cands:
-            room -= self.cv_seconds(p, rows)
-            if room < 0:
-                break
-            n += 1
-        return n
+    def fits(self, rows: int) -> int:
+        """How many candidates on ``rows`` rows fit what is left of the budget, keeping one
+        refinement round (two neighbours per axis) in reserve."""
+        each = self.cv_seconds(rows)
+        return int((self.left() - 2 * max(1, len(self.auto)) * each) // each)
 
     def rung(self, rungs: list[dict[str, Any]], stage: str, rows: int,
              cands: list[_Point]) -> list[_Score]:
         """Score ``cands`` on ``rows`` rows, record the rung, return the scores ranked."""
         t_rung = time.process_time()
-        planned = [self.cv_seconds(p, rows) for p in cands]
         scored = []
         for i, p in enumerate(cands):
             scored.append(self.score(p, rows, stage))
             self._report(f"auto search: {stage} ({rows} rows), {i + 1}/{len(cands)}")
         rungs.append({"rung": len(rungs), "stage": stage, "rows": rows,
                       "candidates": len(cands),
-                      "predicted_cpu_seconds": sum(planned),
-                      "candidate_predicted_cpu_seconds": planned,
-                      "counted_cpu_seconds": sum(sc.counted_seconds for sc in scored),
+                      "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
                       "cpu_seconds": time.process_time() - t_rung})
         return sorted(scored, key=self.preference)
 
@@ -537,12 +450,12 @@ class _Search:
                 for q in self._neighbours(best.point, step, tstep):
                     if (q, rows) in self.scores:
                         continue
-                    if self.cv_seconds(q, rows) > self.left():
+                    if self.cv_seconds(rows) > self.left():
                         return best, "budget"
                     sc = self.score(q, rows, "refine")
                     self._report(f"auto search: refining on {rows} rows")
                     if self.preference(sc) < self.preference(best):
-                        best = self.best = sc
+                        best = sc
                         improved = True
                         break
             step, tstep = step / 2, tstep / 2
@@ -550,7 +463,7 @@ class _Search:
 
     def _report(self, message: str) -> None:
         if self.progress is not None:
-            self.progress(min(0.99, self.spent / max(self.budget, 1e-9)), message)
+            self.progress(min(0.99, self.predicted / max(self.budget, 1e-9)), message)
 
 
 def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
@@ -605,15 +518,13 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     table = [{**srch.values(sc.point), "gamma_mult": 10.0 ** sc.point.log_gamma_mult,
               "rows": sc.rows, "stage": sc.stage, "mean_accuracy": sc.mean_accuracy,
               "std_accuracy": sc.std_accuracy, "fold_accuracy": sc.fold_accuracy,
-              "cpu_seconds": sc.cpu_seconds, "counted_cpu_seconds": sc.counted_seconds,
-              "faces": sc.faces} for sc in srch.table]
+              "cpu_seconds": sc.cpu_seconds, "faces": sc.faces} for sc in srch.table]
     return AutoResult(lam=vals["lam"], gamma=vals["gamma"], theta=vals["theta"], auto=auto,
                       gamma_scale=gamma_scale, table=table, rungs=rungs, folds=s.folds,
                       rows=best.rows, cpu_seconds=clock.seconds,
-                      predicted_cpu_seconds=srch.spent,
+                      predicted_cpu_seconds=srch.predicted,
                       wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
-                      final_fit_estimate_cpu_seconds=srch.final_estimate(srch.best),
-                      stop_reason=stop,
+                      final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
                       row_bound=srch.row_bound, settings=s)
 
 

@@ -15,10 +15,9 @@ from sklearn.datasets import load_svmlight_file, make_blobs
 from sklearn.model_selection import train_test_split
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
-from solver.autotune import KERNEL_COST, SearchSettings, grown_face_work, search
+from solver.autotune import SearchSettings, search
 from solver.baseline_estimators import CascadeODMClassifier, SVRGODMClassifier
 from solver.model_io import dumps, loads
-from solver.newton_kernel import DIRECT_MAX_FACE
 from solver.row_blocks import LazyRows, blocks_of, scan
 
 AUTO = {"lam": "auto", "gamma": "auto", "theta": "auto"}
@@ -185,92 +184,51 @@ def test_budget_stops_the_search():
     assert {r["stage"] for r in res.table} == {"halving 0"}
 
 
-def _board() -> tuple[np.ndarray, np.ndarray]:
-    X, y = checkerboard(1500, 2)
-    return (X - X.min(0)) / (X.max(0) - X.min(0)), y
-
-
-def _board_search(budget: float):
-    """lam and gamma auto on a 1,500-row checkerboard (rungs of 500 and 1,500 rows) with a
-    fixed budget of ``budget`` predicted seconds."""
-    X, y = _board()
-    return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
-                  linear=False, gamma_scale=1.0, fixed={"theta": 0.2},
-                  auto=("lam", "gamma"), seed=0,
-                  settings=SearchSettings(budget_floor_seconds=budget, budget_factor=0.0))
-
-
-@pytest.fixture(scope="module")
-def board():
-    """The checkerboard search with a budget it never reaches."""
-    return _board_search(1e6)
-
-
-def test_a_rung_that_does_not_fit_whole_takes_the_best_that_do(board):
+def test_a_rung_that_does_not_fit_whole_takes_the_best_that_do():
     """A budget between "first rung only" and "the whole second rung" runs the second rung
     on the best of the promoted candidates that fit it; with room for fewer than two (after
     one refinement round's reserve) the search stops after the first rung."""
-    whole = board
+    X, y = checkerboard(1500, 2)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+
+    def run(budget: float):
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={"theta": 0.2},
+                      auto=("lam", "gamma"), seed=0,
+                      settings=SearchSettings(budget_floor_seconds=budget, budget_factor=0.0))
+
+    whole = run(1e6)
     assert [(r["rows"], r["candidates"]) for r in whole.rungs] == [(500, 35), (1500, 12)]
-    spent = whole.rungs[0]["counted_cpu_seconds"]  # what the first rung's fits cost
-    each = whole.rungs[1]["candidate_predicted_cpu_seconds"]  # the second rung's, predicted
-    reserve = 4 * each[0]  # one refinement round (2 x 2 neighbours) around the best
-    # room for 5 candidates after the reserve
-    part = _board_search(spent + reserve + sum(each[:5]) + each[5] / 2)
+    first = whole.rungs[0]["predicted_cpu_seconds"]
+    each = whole.rungs[1]["predicted_cpu_seconds"] / 12
+    # room for 5 candidates after the reserve of one refinement round (2 x 2 neighbours)
+    part = run(first + (4 + 5.5) * each)
     assert [(r["rows"], r["candidates"]) for r in part.rungs] == [(500, 35), (1500, 5)]
     rung0 = sorted((r for r in part.table if r["stage"] == "halving 0"),
                    key=lambda r: (-r["mean_accuracy"], r["lam"], r["gamma"]))
     promoted = {(r["lam"], r["gamma"]) for r in part.table if r["stage"] == "halving 1"}
     assert promoted == {(r["lam"], r["gamma"]) for r in rung0[:5]}
     # room for one: not worth a rung
-    short = _board_search(spent + reserve + each[0] + each[1] / 2)
+    short = run(first + (4 + 1.5) * each)
     assert [r["rows"] for r in short.rungs] == [500] and short.stop_reason == "budget"
 
 
-def test_the_budget_is_counted_work(board):
-    """What the search spent is the cost model of its fits with their own factorizations;
-    a candidate's prediction on the next rung grows its faces from the previous one; large
-    lam factors more, so its fits cost more than their rows say."""
-    res = board
-    X, _ = _board()
-    width, k = np.count_nonzero(X) / len(X), res.folds
+def test_cv_table_records_each_folds_faces():
+    """Every CV entry keeps, per fold, the faces its Newton steps factored (what a cost
+    model of counted work reads, bench.autotune_cost); large lam factors more of them."""
+    X, y = checkerboard(900, 7)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+    res = search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                 linear=False, gamma_scale=1.0, fixed={"gamma": 30.0, "theta": 0.2},
+                 auto=("lam",), seed=0, settings=SearchSettings(refine_rounds=0))
+    assert all(len(r["faces"]) == res.folds for r in res.table)
+    assert all(0 < s <= r["rows"] for r in res.table for f in r["faces"] for s in f)
 
-    def cost(rows: float, faces: list[int]) -> float:
-        return KERNEL_COST.fit_seconds(rows * (k - 1) / k, width, 1,
-                                       grown_face_work(faces, 1.0, np.inf))
+    def work(r: dict) -> float:
+        return sum(s ** 3 for f in r["faces"] for s in f)
 
-    for r in res.table:
-        assert len(r["faces"]) == k
-        assert r["counted_cpu_seconds"] == pytest.approx(
-            sum(cost(r["rows"], f) for f in r["faces"]))
-    assert res.predicted_cpu_seconds == pytest.approx(
-        sum(r["counted_cpu_seconds"] for r in res.table))
-    assert res.rungs[0]["counted_cpu_seconds"] == pytest.approx(sum(
-        r["counted_cpu_seconds"] for r in res.table if r["stage"] == "halving 0"))
-    # the first rung knows nothing but rows; the second predicts each promoted candidate
-    # from its own faces on the first, grown by 1,500 / 500
-    rows_only = k * cost(500, [])
-    assert res.rungs[0]["candidate_predicted_cpu_seconds"] == [pytest.approx(rows_only)] * 35
-    first = {(r["lam"], r["gamma"]): r for r in res.table if r["stage"] == "halving 0"}
-    second = [r for r in res.table if r["stage"] == "halving 1"]
-    for r, predicted in zip(second, res.rungs[1]["candidate_predicted_cpu_seconds"],
-                            strict=True):
-        faces = first[(r["lam"], r["gamma"])]["faces"]
-        per_fold = np.mean([grown_face_work(f, 3.0) for f in faces])
-        assert predicted == pytest.approx(k * (cost(1500, []) + KERNEL_COST.factor_unit
-                                                * per_fold))
-    big = [r for r in res.table if r["lam"] >= 1e5 and r["stage"] == "halving 0"]
-    small = [r for r in res.table if r["lam"] <= 10 and r["stage"] == "halving 0"]
-    assert (np.mean([r["counted_cpu_seconds"] for r in big])
-            > np.mean([r["counted_cpu_seconds"] for r in small]) > rows_only * 0.999)
-
-
-def test_grown_faces_leave_out_what_the_newton_step_does_not_factor():
-    assert grown_face_work([10, 20], 1.0) == pytest.approx((1000 + 8000) / 3)
-    assert grown_face_work([10, 20], 2.0) == pytest.approx((8000 + 64000) / 3)
-    big = DIRECT_MAX_FACE // 2 + 1  # grown twice, past the direct limit
-    assert grown_face_work([big, 10], 2.0) == pytest.approx(8000 / 3)
-    assert grown_face_work([big], 2.0, cap=np.inf) == pytest.approx((2 * big) ** 3 / 3)
+    first = [r for r in res.table if r["stage"] == "halving 0"]
+    assert work(max(first, key=lambda r: r["lam"])) > work(min(first, key=lambda r: r["lam"]))
 
 
 def test_too_few_rows_per_class_falls_back_to_defaults():
@@ -370,7 +328,7 @@ def test_lazy_rows_read_only_the_bound_and_choose_the_same():
     """Given rows read on demand (a Spark job's worker), the search reads the first
     ``row_bound`` rows of its order once, fewer than all when the budget cannot reach the
     last rung, and scores and chooses exactly what the in-memory rows give."""
-    X, y = checkerboard(27000, 5)
+    X, y = checkerboard(9000, 5)
     stats = scan(lambda: blocks_of(X))
     reads: list[np.ndarray] = []
 
@@ -381,12 +339,11 @@ def test_lazy_rows_read_only_the_bound_and_choose_the_same():
     lazy = LazyRows(stats, read)
     est = ODMClassifier(lam="auto", gamma=30.0, theta=0.2, random_state=0)
     mem, got = est.choose_auto(X, y), est.choose_auto(lazy, y)
-    # 27,000 rows give rungs of 1,000, 3,000, 9,000, 27,000; the 10 s floor cannot pay for
-    # the last
-    assert mem["row_bound"] == got["row_bound"] == 9000
-    assert [len(p) for p in reads] == [9000] and lazy.rows_read == 9000
+    # 9,000 rows give rungs of 1,000, 3,000, 9,000; the 10 s floor cannot pay for the last
+    assert mem["row_bound"] == got["row_bound"] == 3000
+    assert [len(p) for p in reads] == [3000] and lazy.rows_read == 3000
     assert np.all(np.diff(reads[0]) > 0)
-    assert max(r["rows"] for r in mem["rungs"]) <= 9000
+    assert max(r["rows"] for r in mem["rungs"]) == 3000
 
     def scores(table):  # every entry but the measured seconds
         return [{k: v for k, v in r.items() if k != "cpu_seconds"} for r in table]
