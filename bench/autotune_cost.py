@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 
 from bench.data import load_split
+from solver.autotune import factored_faces
+from solver.newton_kernel import NewtonWork
 
 DATASETS = ("svmguide1", "phishing", "a9a", "ijcnn1", "cod-rna")
 ROWS = (333, 1000, 3000, 6000)
@@ -57,11 +59,6 @@ POINTS = ((0.0, 0.0), (3.0, 0.0), (6.0, 0.0), (3.0, 2.0), (6.0, 3.0))
 
 def _mean_nnz(X: np.ndarray) -> float:
     return float(np.count_nonzero(X) / max(1, X.shape[0]))
-
-
-def faces_of(est) -> list[int]:
-    """The size of every face the fit's Newton steps factored (none for the linear kernel)."""
-    return [s for rec in est.history_ for s in rec.get("faces_factored", ())]
 
 
 def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
@@ -98,7 +95,7 @@ def measure(kernel: str, seed: int = 0) -> list[dict[str, Any]]:
                 rows.append({"dataset": name, "kernel": kernel, "rows": m, "d": d,
                              "log_lam": log_lam, "log_gamma_mult": log_gm, "cpu_s": cpu,
                              "fit_cpu_s": fit,
-                             "epochs": int(est.n_iter_.sum()), "faces": faces_of(est)})
+                             "epochs": int(est.n_iter_.sum()), "faces": factored_faces(est)})
     return rows
 
 
@@ -199,16 +196,13 @@ def search_model(entries: list[dict[str, Any]], offset: float) -> dict[str, Any]
     least squares on relative error): ``folds * c0 + c1 * sum m_f^2 (d + offset) + c3 *
     sum W_f`` over its folds (``m_f`` the fold's training rows, ``W_f`` its faces'
     ``sum(s^3) / 3``)."""
-    from scipy.optimize import nnls
-
     t = np.array([e["cpu_s"] for e in entries])
     k = np.array([e["folds"] for e in entries], dtype=float)
     m = np.array([e["rows"] for e in entries], dtype=float) * (k - 1) / k
     u = k * m ** 2 * (np.array([e["d"] for e in entries]) + offset)
-    w = np.array([sum(s ** 3 for f in e["faces"] for s in f) / 3 for e in entries])
+    w = np.array([sum(_work(f) for f in e["faces"]) for e in entries])
     A = np.stack([k, u, w], axis=1)
-    coef, _ = nnls(A / t[:, None], np.ones(len(t)))
-    ratio = A @ coef / t
+    coef, ratio = _fit_relative(A, t)
     for e, r in zip(entries, ratio, strict=True):
         e["ratio"] = float(r)
     rows = np.array([e["rows"] for e in entries])
@@ -230,17 +224,29 @@ def search_model(entries: list[dict[str, Any]], offset: float) -> dict[str, Any]
             "entries": entries}
 
 
+def _work(faces) -> float:
+    """``sum(s^3) / 3`` of the faces (``NewtonWork.factor_work``)."""
+    return NewtonWork(factored=tuple(faces)).factor_work
+
+
+def _fit_relative(A: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative least squares of ``A @ coef`` on ``t`` in relative error: the
+    coefficients and each row's predicted / measured ratio."""
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(A / t[:, None], np.ones(len(t)))
+    return coef, A @ coef / t
+
+
 def face_models(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Three models fitted the same way (non-negative least squares on relative error, all
     kernel fits): ``c0 + c1 m^2 (d + offset)`` (rows only), plus ``c3 * sum(s^3) / 3`` over
     the faces factored (the Cholesky work), plus ``c4 * epochs * m^2`` (the sweeps); their
     predicted / measured ratios on the fits of 3,000 rows or more, by lam."""
-    from scipy.optimize import nnls
-
     t = np.array([r["cpu_s"] for r in rows])
     m = np.array([r["rows"] for r in rows], dtype=float)
     u = m ** 2 * (np.array([r["d"] for r in rows]) + rows[0]["width_offset"])
-    faces = np.array([sum(s ** 3 for s in r["faces"]) / 3 for r in rows])
+    faces = np.array([_work(r["faces"]) for r in rows])
     epochs = np.array([r["epochs"] for r in rows]) * m ** 2
     lam = np.array([r["log_lam"] for r in rows])
     big = m >= 3000
@@ -249,8 +255,7 @@ def face_models(rows: list[dict[str, Any]]) -> dict[str, Any]:
                        ("with_faces", [np.ones_like(t), u, faces]),
                        ("with_faces_and_epochs", [np.ones_like(t), u, faces, epochs])):
         A = np.stack(cols, axis=1)
-        coef, _ = nnls(A / t[:, None], np.ones(len(t)))
-        ratio = A @ coef / t
+        coef, ratio = _fit_relative(A, t)
         by = {f"{lv:g}": [float(np.min(ratio[big & (lam == lv)])),
                           float(np.median(ratio[big & (lam == lv)])),
                           float(np.max(ratio[big & (lam == lv)]))]

@@ -62,7 +62,7 @@ from solver.exceptions import FitCancelled
 from solver.row_blocks import LazyRows
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
-           "AutoResult", "is_auto", "search", "with_final_fit"]
+           "AutoResult", "factored_faces", "is_auto", "search", "with_final_fit"]
 
 AUTO = "auto"
 AUTO_PARAMS = ("lam", "gamma", "theta")
@@ -191,6 +191,12 @@ class AutoResult:
             "budget_factor": s.budget_factor,
             "stop_reason": self.stop_reason,
         }
+
+
+def factored_faces(est) -> list[int]:
+    """The size of every face a fitted estimator's Newton steps factored, from its history
+    (``NewtonWork.record``; none for the linear kernel)."""
+    return [int(f) for rec in est.history_ for f in rec.get("faces_factored", ())]
 
 
 def _mean_width(X) -> float:
@@ -339,7 +345,7 @@ class _Search:
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop)
             accs.append(float(np.mean(est.predict(self.rows(va)) == self.y[va])))
-            faces.append([int(f) for rec in est.history_ for f in rec.get("faces_factored", ())])
+            faces.append(factored_faces(est))
         sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
                     time.process_time() - t0, faces)
         self.scores[key] = sc

@@ -1,6 +1,6 @@
-"""``bench.autotune_cost``'s face accounting: it reads the faces a real kernel fit factored,
-its work model recovers seconds made of rows and face work where the rows-only one cannot,
-and its calibration searches record what each candidate cost."""
+"""``bench.autotune_cost``'s face accounting: ``factored_faces`` reads the faces a real
+kernel fit factored, its work model recovers seconds made of rows and face work where the
+rows-only one cannot, and its calibration searches record what each candidate cost."""
 
 from __future__ import annotations
 
@@ -8,19 +8,20 @@ import numpy as np
 import pytest
 
 import bench.autotune_cost as autotune_cost
-from bench.autotune_cost import face_models, faces_of, search_entries, search_model
+from bench.autotune_cost import face_models, search_entries, search_model
 from solver import ODMClassifier
+from solver.autotune import factored_faces
 
 
-def test_faces_of_reads_the_fits_newton_record() -> None:
+def test_factored_faces_reads_the_fits_newton_record() -> None:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 5))
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1, -1)
     # large lam: coordinate descent alone is slow, the active-set Newton step factors faces
     est = ODMClassifier(kernel="rbf", gamma=0.2, lam=1e6, theta=0.5, random_state=0).fit(X, y)
-    faces = faces_of(est)
+    faces = factored_faces(est)
     assert faces and all(0 < s <= 400 for s in faces), faces
-    assert faces_of(ODMClassifier(kernel="linear", lam=1e3, random_state=0).fit(X, y)) == []
+    assert factored_faces(ODMClassifier(kernel="linear", lam=1e3, random_state=0).fit(X, y)) == []
 
 
 def test_face_models_recover_face_work() -> None:
