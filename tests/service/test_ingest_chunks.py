@@ -1,4 +1,4 @@
-"""The text parsers read the file in line-cut chunks (``ingest.PARSE_CHUNK``): a tiny chunk
+"""The text parsers read the file in line-cut chunks (``ingest.text.PARSE_CHUNK``): a tiny chunk
 size gives the same arrays as the default one, and a problem in a later chunk names the
 line (and byte offset) of the whole file."""
 
@@ -14,6 +14,7 @@ from sklearn.datasets import load_svmlight_file
 
 from app.problems import ProblemError
 from app.services import ingest
+from app.services.ingest import text as ingest_text
 
 TINY = (1, 7, 64)  # bytes per chunk: shorter than a line, a few lines
 
@@ -46,7 +47,7 @@ def _write(tmp_path: Path, content: bytes, name: str = "f") -> Path:
 
 def _parse_with(monkeypatch: pytest.MonkeyPatch, path: Path, fmt: str,
                 chunk: int) -> ingest.Parsed:
-    monkeypatch.setattr(ingest, "PARSE_CHUNK", chunk)
+    monkeypatch.setattr(ingest_text, "PARSE_CHUNK", chunk)
     return ingest.parse_file(path, fmt, "label")
 
 
@@ -68,7 +69,7 @@ def test_libsvm_tiny_chunks_give_the_same_matrix(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     content = ("\ufeff" + "\n".join(_libsvm_lines()) + "\n").encode()
     path = _write(tmp_path, content)
-    ref = _parse_with(monkeypatch, path, "libsvm", ingest.PARSE_CHUNK)
+    ref = _parse_with(monkeypatch, path, "libsvm", ingest_text.PARSE_CHUNK)
     X0, y0 = load_svmlight_file(io.BytesIO(content[3:]), zero_based=False, dtype=np.float64)
     _same_csr(ref.X, sp.csr_matrix(X0))
     assert np.array_equal(ref.y, y0)
@@ -87,7 +88,7 @@ def test_libsvm_problem_in_a_later_chunk_names_the_global_line(
     lines = _libsvm_lines()
     lines[149] = bad_line
     path = _write(tmp_path, ("\n".join(lines) + "\n").encode())
-    for chunk in (ingest.PARSE_CHUNK, *TINY):
+    for chunk in (ingest_text.PARSE_CHUNK, *TINY):
         body = _problem(monkeypatch, path, "libsvm", chunk)
         assert (body["line"], body["field"], body["value"]) == (150, field, value), chunk
         assert "line 150:" in body["detail"]
@@ -101,7 +102,7 @@ def test_binary_byte_in_a_later_chunk_names_line_and_offset(
     head = ("\n".join(lines[:120]) + "\n").encode()
     content = head + b"1" + junk + b" 2:1\n" + "é\n".join(lines[120:]).encode()
     path = _write(tmp_path, content)
-    for chunk in (ingest.PARSE_CHUNK, *TINY):
+    for chunk in (ingest_text.PARSE_CHUNK, *TINY):
         body = _problem(monkeypatch, path, fmt, chunk)
         assert body["type"].endswith("/binary-content")
         assert (body["line"], body["offset"]) == (121, len(head) + 1), chunk
@@ -115,7 +116,7 @@ def test_csv_tiny_chunks_give_the_same_arrays(tmp_path: Path,
         rows.insert(90, '1.5,"2",1,0.25')
         content = ("\ufeff\n\r\n" + "\r\n".join(rows) + "\r\n").encode()
         path = _write(tmp_path, content)
-        ref = _parse_with(monkeypatch, path, "csv", ingest.PARSE_CHUNK)
+        ref = _parse_with(monkeypatch, path, "csv", ingest_text.PARSE_CHUNK)
         assert ref.X.shape == (201, 3) and ref.feature_names == ["a", "b", "c"]
         assert ref.X[88].tolist() == [1.5, 2.0, 0.25]
         if text_labels:
@@ -140,7 +141,7 @@ def test_csv_problem_in_a_later_chunk_names_the_global_line(
     rows = _csv_lines()
     rows[150] = bad_row  # blank lines before the header shift it: line 153
     path = _write(tmp_path, ("\n\n" + "\n".join(rows) + "\n").encode())
-    for chunk in (ingest.PARSE_CHUNK, *TINY):
+    for chunk in (ingest_text.PARSE_CHUNK, *TINY):
         body = _problem(monkeypatch, path, "csv", chunk)
         assert body["line"] == 153 and "line 153:" in body["detail"], (chunk, body)
         assert {k: body[k] for k in expect} == expect, chunk
@@ -154,6 +155,6 @@ def test_csv_first_bad_column_wins_over_an_earlier_row(tmp_path: Path,
     rows[20] = "1,2,0,nan"
     rows[180] = "inf,2,0,3"
     path = _write(tmp_path, ("\n".join(rows) + "\n").encode())
-    for chunk in (ingest.PARSE_CHUNK, *TINY):
+    for chunk in (ingest_text.PARSE_CHUNK, *TINY):
         body = _problem(monkeypatch, path, "csv", chunk)
         assert (body["line"], body["column"]) == (181, "a"), chunk
