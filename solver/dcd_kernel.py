@@ -35,7 +35,7 @@ from solver import _numba_kernels as nk
 from solver import newton_kernel
 from solver.exceptions import convergence_warning
 from solver.formulation import ODMParams, dual_objective
-from solver.inputs import as_generator, check_alpha0, check_X, check_y
+from solver.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
 from solver.kernel_columns import ColumnStore
 from solver.kernels import Kernel, kernel_decision, kernel_diag
 
@@ -106,30 +106,15 @@ class _StopPoll:
         return self.stop or bool(self.should_stop())
 
 
-def _check_arguments(tol: float, max_iter: int, cache_size: float) -> None:
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
-    if not cache_size > 0:
-        raise ValueError(f"cache_size must be > 0 (MB), got {cache_size!r}")
-
-
 def _checked(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scale: float | None,
              tol: float, max_iter: int, cache_size: float
              ) -> tuple[Any, np.ndarray, np.ndarray, float]:
     """Validated ``X``, ``y``, starting ``alpha`` and ``m_scale`` (``m`` by default)."""
     params.validate()
     kernel.validate()
-    _check_arguments(tol, max_iter, cache_size)
-    X = check_X(X)
-    m = X.shape[0]
-    y = check_y(y, m)
-    alpha = check_alpha0(alpha0, m)
-    m_scale = float(m if m_scale is None else m_scale)
-    if not m_scale > 0:
-        raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    return X, y, alpha, m_scale
+    if not cache_size > 0:
+        raise ValueError(f"cache_size must be > 0 (MB), got {cache_size!r}")
+    return check_dual_problem(X, y, alpha0, m_scale, tol, max_iter)
 
 
 def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll: _StopPoll,

@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from solver import _numba_kernels as nk
 from solver.exceptions import convergence_warning
 from solver.formulation import ODMParams, dual_objective
-from solver.inputs import as_generator, check_alpha0, check_X, check_y
+from solver.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
 from solver.kernels import row_sq_norms
 from solver.newton_linear import alpha_from_margins, primal_newton
 
@@ -71,18 +71,7 @@ def _checked(X, y, params: ODMParams, alpha0, m_scale: float | None, tol: float,
              max_iter: int) -> tuple[Any, np.ndarray, np.ndarray, float]:
     """Validated ``X``, ``y``, starting ``alpha`` and ``m_scale`` (``m`` by default)."""
     params.validate()
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
-    X = check_X(X)
-    m = X.shape[0]
-    y = check_y(y, m)
-    alpha = check_alpha0(alpha0, m)
-    m_scale = float(m if m_scale is None else m_scale)
-    if not m_scale > 0:
-        raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    return X, y, alpha, m_scale
+    return check_dual_problem(X, y, alpha0, m_scale, tol, max_iter)
 
 
 def _newton_start(X, y, params: ODMParams, w, dz: float, db: float, tol: float,

@@ -51,6 +51,23 @@ def check_alpha0(alpha0, m: int) -> np.ndarray:
     return np.maximum(a, 0.0)
 
 
+def check_dual_problem(X, y, alpha0, m_scale: float | None, tol: float, max_iter: int):
+    """A dual solver's inputs: ``X``, ``y``, the warm start ``alpha`` and ``m_scale`` (the
+    rows the loss is averaged over; ``m`` by default), with ``tol`` and ``max_iter`` checked."""
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+    X = check_X(X)
+    m = X.shape[0]
+    y = check_y(y, m)
+    alpha = check_alpha0(alpha0, m)
+    m_scale = float(m if m_scale is None else m_scale)
+    if not m_scale > 0:
+        raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
+    return X, y, alpha, m_scale
+
+
 def as_generator(random_state) -> np.random.Generator:
     """A numpy ``Generator`` from None, an int, a ``SeedSequence``, a ``Generator`` or a
     legacy ``RandomState`` (which seeds a new generator with one draw)."""
