@@ -1,4 +1,6 @@
-"""Run one claimed training job: load data, split, (search), fit, evaluate, save, commit.
+"""Run one claimed job to its end: a training job here (load data, split, (search), fit,
+evaluate, save, commit), a batch prediction in ``worker.predict_job``; the failure a job
+shows; the lease checks and terminal writes both use are ``worker.job_state``.
 
 Order of effects makes a retry harmless: the model file is written first to a path derived
 from the job id (a rerun overwrites the same bytes), then ONE transaction inserts the
@@ -20,21 +22,32 @@ import numpy as np
 import scipy.sparse as sp
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.config import get_settings
 from app.db import session_scope
 from app.logs import current_request_id
-from app.models import Dataset, Job, JobKind, JobState, Model, utcnow
-from app.problems import ProblemError, scrub_detail
-from app.services import model_files, prediction_files
+from app.models import Job, JobKind, JobState, Model, utcnow
+from app.problems import scrub_detail
+from app.services import model_files
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
 from worker.evaluation import evaluate, n_support_vectors
 from worker.history import thin
+from worker.job_state import (
+    COMMIT_RETRIES,
+    DatasetGone,
+    JobLost,
+    check_going,
+    finish,
+    problem,
+    require_datasets,
+    with_retries,
+)
 from worker.lease import ClaimedJob, Heartbeat, owned
 from worker.memory import job_memory_limit, out_of_memory
+from worker.predict_job import PredictionFailed, run_prediction
 
 if TYPE_CHECKING:
     from worker.spark_backend import SparkFailure
@@ -42,11 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODEL_NAMESPACE = uuid.UUID("6f1d0c8e-5a0b-4bb8-9a38-3f0e3c1d2a77")
-COMMIT_RETRIES = 8
-
-
-class JobLost(Exception):
-    """The lease was taken over (reaped); this attempt must stop without writing."""
 
 
 def model_id_for(job_id: str) -> str:
@@ -96,31 +104,6 @@ def split(X: Any, y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray
 
 
 # ------------------------------------------------------------------------------ commit
-def _retry_seconds() -> float:
-    """How long terminal writes keep retrying through a database outage: the job's lease
-    (at least 30 s); past it the lease reaper owns the job's recovery anyway."""
-    return max(30.0, float(get_settings().job_lease_seconds))
-
-
-def _with_retries(fn, what: str):
-    """Run a DB transaction, retrying transient errors with exponential backoff (at least
-    ``COMMIT_RETRIES`` tries, and for up to ``_retry_seconds()``)."""
-    delay = 0.2
-    deadline = time.monotonic() + _retry_seconds()
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except (OperationalError, DBAPIError) as exc:
-            attempt += 1
-            if isinstance(exc, IntegrityError) or (
-                    attempt >= COMMIT_RETRIES and time.monotonic() + delay > deadline):
-                raise
-            log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-
 def _write_model_file(est: Any, model_id: str) -> tuple[str, str, int]:
     """Write the portable model file durably; returns (relative path, sha256, size)."""
     from app.services.algorithms import portable
@@ -163,7 +146,7 @@ def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[d
     delay = 0.2
     for attempt in range(COMMIT_RETRIES):
         try:
-            return _with_retries(tx, "final commit")
+            return with_retries(tx, "final commit")
         except IntegrityError:  # a concurrent job took the same (name, version): recount
             if attempt == COMMIT_RETRIES - 1:
                 raise
@@ -172,39 +155,7 @@ def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[d
     raise RuntimeError("unreachable")
 
 
-def finish(c: ClaimedJob, state: JobState, *, error: dict | None = None,
-           history: list[dict] | None = None,
-           from_states: tuple[JobState, ...] = (JobState.RUNNING, JobState.CANCELLING)) -> bool:
-    """Conditional terminal write by the owner; False when the job is no longer ours."""
-    if error is not None and isinstance(error.get("detail"), str):
-        # one place for every failure: no traceback, path or library internals is stored
-        error = {**error, "detail": scrub_detail(error["detail"])}
-    values: dict[str, Any] = {"state": state, "finished_at": utcnow(), "lease_until": None,
-                              "error": error, "progress_message": state.lower()}
-    if history is not None:
-        values["history"] = history
-
-    def tx() -> bool:
-        with session_scope() as s:
-            return s.execute(update(Job).where(owned(c.job_id, c.worker, c.attempt),
-                                               Job.state.in_(from_states))
-                             .values(**values).returning(Job.id)).first() is not None
-
-    return _with_retries(tx, f"set {state}")
-
-
-def problem(kind: str, title: str, detail: str, status: int = 422) -> dict[str, Any]:
-    return ProblemError(status, title, scrub_detail(detail), type=kind).body()
-
-
 # -------------------------------------------------------------------------------- run
-def _check(hb: Heartbeat) -> None:
-    if hb.lost.is_set():
-        raise JobLost(hb.claim.job_id)
-    if hb.cancelled.is_set():
-        raise FitCancelled("cancel requested")
-
-
 def _spark_job(c: ClaimedJob, hb: Heartbeat) -> Any:
     """The job's Spark session (``worker.spark_backend.SparkJob``); a previous attempt's
     Spark work is interrupted first."""
@@ -349,88 +300,14 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-class DatasetGone(Exception):
-    """A dataset of the job was deleted after the job was queued."""
-
-
-def _require_datasets(c: ClaimedJob) -> None:
-    ids = [i for i in (c.dataset_id, c.test_dataset_id) if i]
-    with session_scope() as s:
-        live = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(ids),
-                                                      Dataset.deleted_at.is_(None))))
-    for i in ids:
-        if i not in live:
-            raise DatasetGone(f"dataset {i} was deleted before the job ran")
-
-
-class PredictionFailed(Exception):
-    """A batch prediction that cannot run (its model was deleted, the columns do not fit)."""
-
-    def __init__(self, kind: str, title: str, detail: str, status: int = 422) -> None:
-        super().__init__(detail)
-        self.kind, self.title, self.status = kind, title, status
-
-
 def _kind(job_id: str) -> str:
     with session_scope() as s:
         return s.scalar(select(Job.kind).where(Job.id == job_id)) or JobKind.TRAIN
 
 
-def _predict(c: ClaimedJob, hb: Heartbeat) -> str:
-    """A batch prediction job: the job's model over its dataset, streamed into
-    ``predictions/{job id}.parquet`` (``worker.batch``); progress per batch, cancellable."""
-    with session_scope() as s:
-        model_id = s.scalar(select(Job.model_id).where(Job.id == c.job_id))
-        m = s.get(Model, model_id) if model_id else None
-        if m is None or m.deleted_at is not None:
-            raise PredictionFailed("model-gone", "Model deleted",
-                                   f"model {model_id} was deleted before the job ran", 404)
-        file_path, names, sha = m.file_path, m.feature_names, m.file_sha256
-    _require_datasets(c)
-    hb.report(0.01, "loading the model")
-    try:
-        est = model_files.read_checked(get_settings().data_dir / file_path, sha, model_id)
-    except ProblemError as exc:
-        raise PredictionFailed("model-file-corrupt", exc.title, exc.detail or "", 500) from None
-    try:
-        record = _write_predictions(c, hb, est, names, model_id)
-        _check(hb)
-        if finish(c, JobState.SUCCEEDED, history=[record], from_states=(JobState.RUNNING,)):
-            return JobState.SUCCEEDED
-        if finish(c, JobState.CANCELLED, history=[record], from_states=(JobState.CANCELLING,)):
-            prediction_files.remove(c.job_id)  # cancelled after its last batch
-            return JobState.CANCELLED
-    except FitCancelled:  # an earlier attempt's complete output may be there
-        prediction_files.remove(c.job_id)
-        raise
-    raise JobLost(c.job_id)
-
-
-def _write_predictions(c: ClaimedJob, hb: Heartbeat, est: Any, names: list[str] | None,
-                       model_id: str) -> dict[str, Any]:
-    """Stream the predictions into the job's output file; returns the history record."""
-    from app.services import storage
-    from app.services.predictions import batch_fraction
-    from worker.batch import predict_dataset
-
-    directory = storage.dataset_dir(c.dataset_id)
-
-    def progress(done: int, total: int) -> None:
-        hb.report(batch_fraction(done, total), f"predicted {done:,} of {total:,} rows")
-
-    try:
-        summary = predict_dataset(est, directory, storage.prediction_path(c.job_id),
-                                  storage.read_meta(directory), names,
-                                  batch_bytes=get_settings().predict_batch_bytes,
-                                  progress=progress, should_stop=hb.should_stop)
-    except ValueError as exc:
-        raise PredictionFailed("prediction-failed", "Prediction failed", str(exc)) from exc
-    return jsonable({**summary, "model_id": model_id})
-
-
 def _run(c: ClaimedJob, hb: Heartbeat) -> str:
     if _kind(c.job_id) == JobKind.PREDICT:
-        return _predict(c, hb)
+        return run_prediction(c, hb)
     with contextlib.ExitStack() as spark_scope:
         return _run_in(c, hb, spark_scope)
 
@@ -455,19 +332,19 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     est = build_estimator(c.algorithm, params, seed)
     hb.report(0.01, "loading data")
     data = _training_data(c, hb, spark_scope)
-    _check(hb)
+    check_going(hb)
     search_result = _search(c, hb, est, params, data)
     auto_info = _spark_auto(c, hb, est, params, data)
     lo = 0.05 if search_result is None and auto_info is None else 0.5
     hb.report(lo, "training")
     est, train_seconds = _train(hb, est, params, seed, data, lo, spark_scope, auto_info)
-    _check(hb)
+    check_going(hb)
     hb.report(0.92, "evaluating")
     metrics, margin = evaluate(est, data.X_test, data.y_test)
     metrics["held_out"] = True
     if search_result is not None:
         metrics["search"] = jsonable(search_result)
-    _check(hb)
+    check_going(hb)
     hb.report(0.96, "saving model")
     return _save(c, hb, est, params, metrics, margin, train_seconds)
 
@@ -476,11 +353,11 @@ def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitSta
                    ) -> _TrainData:
     """The job's training and test rows: the test dataset or a seeded split; on Spark the
     training rows stay on disk and a Spark job is opened in ``spark_scope``."""
-    _require_datasets(c)
+    require_datasets(c)
     if c.backend == "spark":
         # Spark reads the training rows by path; this process loads labels and test rows
         train_rows, y_train, X_test, y_test = _spark_rows(c)
-        _check(hb)
+        check_going(hb)
         spark_job = spark_scope.enter_context(_spark_job(c, hb))
         return _TrainData(None, y_train, X_test, y_test, train_rows, spark_job)
     X, y = _load(c.dataset_id)

@@ -77,7 +77,7 @@ def test_a_beat_after_the_attempts_own_finish_is_quiet(api_server, tenant, datas
     from app.db import session_scope
     from app.models import Job, JobState
     from worker import lease
-    from worker.runner import finish
+    from worker.job_state import finish
 
     job_id = _queued_job(api_server, tenant, datasets_dir)
     c = lease.claim(job_id)

@@ -39,12 +39,12 @@ def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
     from app.db import session_scope
     from app.models import Job, JobState
     from app.services.storage import prediction_path
-    from worker import lease, runner
+    from worker import lease, predict_job, runner
 
     ds = upload(api, datasets_dir, "heart_scale")
     model_id = _train(api, ds["id"])
     job_id = _predict_job(api, model_id, ds["id"])
-    write = runner._write_predictions
+    write = predict_job.write_predictions
     written: list[bool] = []
 
     def write_then_cancel(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
             s.execute(update(Job).where(Job.id == job_id).values(state=JobState.CANCELLING))
         return record
 
-    monkeypatch.setattr(runner, "_write_predictions", write_then_cancel)
+    monkeypatch.setattr(predict_job, "write_predictions", write_then_cancel)
     assert runner.run_claimed(lease.claim(job_id)) == JobState.CANCELLED
     assert written == [True]  # the output was complete when the cancel came
     assert not prediction_path(job_id).exists()
