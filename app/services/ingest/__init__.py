@@ -10,7 +10,9 @@ Parquet), ``field`` / ``column`` and ``value`` where they apply.
 
 The modules: ``files`` (compression, format), ``text`` (the checks of text uploads, the
 line and token caps), ``libsvm``, ``csv_text`` and ``parquet`` (one parser each), ``parsed``
-(the result and its whole-dataset checks), ``errors`` (the problems they raise).
+(the result and its whole-dataset checks), ``errors`` (the problems they raise). The API
+runs ``parse_file`` in a child process with CPU, memory and time limits
+(``app.services.ingest_process``).
 """
 
 from __future__ import annotations
