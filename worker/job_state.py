@@ -33,6 +33,7 @@ class DatasetGone(Exception):
 
 
 def require_datasets(c: ClaimedJob) -> None:
+    """Raise ``DatasetGone`` when a dataset of the job was deleted after it was queued."""
     ids = [i for i in (c.dataset_id, c.test_dataset_id) if i]
     with session_scope() as s:
         live = set(s.scalars(select(Dataset.id).where(Dataset.id.in_(ids),

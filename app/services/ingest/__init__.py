@@ -24,7 +24,6 @@ import scipy.sparse as sp
 
 from app.problems import ProblemError
 from app.services.ingest.csv_text import parse_csv
-from app.services.ingest.errors import invalid, over_limit
 from app.services.ingest.files import FORMATS, decompress, detect_compression, infer_format
 from app.services.ingest.libsvm import parse_libsvm
 from app.services.ingest.parquet import parse_parquet
@@ -32,7 +31,7 @@ from app.services.ingest.parsed import Parsed, check_caps, class_counts
 from app.services.ingest.text import check_lengths
 
 __all__ = ["FORMATS", "Parsed", "check_caps", "class_counts", "decompress",
-           "detect_compression", "infer_format", "invalid", "over_limit", "parse_file"]
+           "detect_compression", "infer_format", "parse_file"]
 
 
 def parse_file(path: Path, fmt: str, label_column: str,

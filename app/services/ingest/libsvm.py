@@ -12,7 +12,6 @@ from sklearn.datasets import load_svmlight_file
 
 from app.config import get_settings
 from app.problems import ProblemError
-from app.services.ingest import text as text_input
 from app.services.ingest.errors import echo, invalid, over_limit
 from app.services.ingest.parsed import Parsed, check_classes
 from app.services.ingest.text import BOM, NUM_RE, check_text, first_line, line_chunks
@@ -35,7 +34,7 @@ def parse_libsvm(path: Path) -> Parsed:
                            type="wrong-format", declared="libsvm", detected="csv", line=1)
     csr = _CsrBuilder(stats.newlines + 1, stats.colons)
     diagnosed = False
-    for chunk, offset, _ in line_chunks(path, text_input.PARSE_CHUNK):
+    for chunk, offset, _ in line_chunks(path):
         if b"qid:" in chunk and not diagnosed:  # svmlight ranking files: not classification
             _diagnose_libsvm_file(path)
             diagnosed = True
@@ -103,7 +102,7 @@ class _CsrBuilder:
 
 def _diagnose_libsvm_file(path: Path) -> None:
     """The diagnosis over the whole file, chunk by chunk with global line numbers."""
-    for chunk, offset, line in line_chunks(path, text_input.PARSE_CHUNK):
+    for chunk, offset, line in line_chunks(path):
         text = (chunk.removeprefix(BOM) if offset == 0 else chunk).decode("utf-8")
         _diagnose_libsvm(text, line)
 

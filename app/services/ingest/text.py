@@ -29,10 +29,12 @@ NUM = r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+"
 NUM_RE = re.compile(NUM)
 
 
-def line_chunks(path: Path, size: int) -> Iterator[tuple[bytes, int, int]]:
-    """The file in chunks of about ``size`` bytes, each cut after a newline (a longer line
-    makes its chunk longer): ``(chunk, byte offset, line number of its first line)``. A
-    newline is ASCII, so a cut never splits a UTF-8 sequence."""
+def line_chunks(path: Path, size: int | None = None) -> Iterator[tuple[bytes, int, int]]:
+    """The file in chunks of about ``size`` bytes (default ``PARSE_CHUNK``, read at the
+    call), each cut after a newline (a longer line makes its chunk longer): ``(chunk, byte
+    offset, line number of its first line)``. A newline is ASCII, so a cut never splits a
+    UTF-8 sequence."""
+    size = PARSE_CHUNK if size is None else size
     offset, line, parts = 0, 1, []
     with open(path, "rb") as fh:
         while block := fh.read(size):
@@ -64,7 +66,7 @@ def check_text(path: Path, fmt: str) -> TextStats:
     named by line and byte offset) in one pass over line-cut chunks, before any parse
     error can be reported."""
     nonblank, longest, newlines, colons = False, 0, 0, 0
-    for chunk, offset, line in line_chunks(path, PARSE_CHUNK):
+    for chunk, offset, line in line_chunks(path):
         if offset == 0 and chunk.startswith(PARQUET_MAGIC):
             raise ProblemError(422, "Wrong format",
                                detail=f"declared format {fmt} but the file is Parquet",
