@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ METRICS_TOKEN = "scrape-token-for-the-test"
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON records of a log, less a last line still being written."""
     out = []
-    for line in text.splitlines():
+    for line in text[:text.rfind("\n") + 1].splitlines():
         if line.startswith("{"):
             out.append(json.loads(line))
     return out
@@ -30,6 +32,19 @@ def _sample(scrape: str, name: str, labels: str = "") -> float:
     m = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+-]+)$", scrape, re.M)
     assert m, f"{name}{labels} not in the scrape"
     return float(m.group(1))
+
+
+def _scrape_once_counted(client: httpx.Client, name: str, timeout: float = 30.0) -> str:
+    """The API's scrape once ``name`` is at least 1: the worker counts a job after it
+    commits the job's state, so the scrape right after SUCCEEDED may not hold it yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        scrape = client.get("/metrics",
+                            headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
+        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", scrape, re.M)
+        if (m and float(m.group(1)) >= 1) or time.monotonic() > deadline:
+            return scrape
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +73,7 @@ def test_a_jobs_log_lines_are_found_by_its_request_id_in_both_processes(
     api_lines = [r for r in _json_lines(api.log_text()) if r.get("request_id") == rid]
     assert any(r.get("path") == "/train" and r.get("status") == 202 for r in api_lines), \
         api.log_text()[-3000:]
-    worker_lines = _json_lines(worker.log_text())
+    worker_lines = _json_lines(worker.wait_log(f"job {job['id']} attempt 1 ended SUCCEEDED"))
     by_rid = [r for r in worker_lines if r.get("request_id") == rid]
     events = " | ".join(r["event"] for r in by_rid)
     assert "claimed" in events and "ended SUCCEEDED" in events, events
@@ -78,7 +93,7 @@ def test_worker_metrics_and_liveness_in_the_apis_one_scrape(observed, datasets_d
     ds = upload(client, datasets_dir, "heart_scale")
     job = submit(client, {"dataset_id": ds["id"], "algorithm": "odm"})
     assert wait_job(client, job["id"], timeout=180)["state"] == "SUCCEEDED"
-    scrape = client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
+    scrape = _scrape_once_counted(client, "sodm_worker_fit_seconds_count")
     assert _sample(scrape, "sodm_worker_jobs_total", '{outcome="SUCCEEDED"}') >= 1
     assert _sample(scrape, "sodm_worker_attempts_total", '{attempt="1"}') >= 1
     assert _sample(scrape, "sodm_worker_job_duration_seconds_count",
