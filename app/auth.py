@@ -110,7 +110,8 @@ async def current_tenant(request: Request) -> Tenant:
     if per_minute > 0:
         route = getattr(request.scope.get("route"), "path", request.url.path)
         length = request.headers.get("content-length", "0")
-        cost = route_cost(request.method, route, int(length) if length.isdigit() else 0)
+        declared = int(length) if length.isascii() and length.isdigit() else 0
+        cost = route_cost(request.method, route, declared)
         d = await limiter().hit("key", entry.key_id, per_minute, cost)
         request.state.ratelimit = d
         if not d.allowed:

@@ -163,7 +163,7 @@ class _FormReceiver:
 def _n_features(raw: str | None) -> int | None:
     if not raw:
         return None
-    if not raw.isdigit() or not 0 < int(raw) <= 100_000_000:
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= 100_000_000:
         raise ProblemError(422, "Request validation failed",
                            detail="n_features must be a positive integer",
                            type="validation-error",
@@ -230,12 +230,12 @@ async def upload_dataset(request: Request, response: Response,
         raise ProblemError(415, "Unsupported media type",
                            detail="send multipart/form-data with a 'file' part",
                            type="unsupported-media-type")
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > limit + FORM_OVERHEAD_BYTES:
+    length = request.headers.get("content-length", "")
+    declared = int(length) if length.isascii() and length.isdigit() else 0
+    if declared > limit + FORM_OVERHEAD_BYTES:
         DATASET_UPLOADS.labels("too_large").inc()
         raise _too_large(limit)
-    await run_in_threadpool(quotas.check_storage_now, tenant.id,
-                            int(length) if length and length.isdigit() else 0)
+    await run_in_threadpool(quotas.check_storage_now, tenant.id, declared)
     rx = _FormReceiver(limit)
     slot = ingest_process.ParseSlot.take()
     started = False

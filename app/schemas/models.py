@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # an alias starts with a letter, so name@3 is always a version and name@champion an alias
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+MAX_VERSION = 2**31 - 1  # versions are an INTEGER column
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,63}$"
 
 ModelName = Annotated[str, Path(min_length=1, max_length=200, pattern=MODEL_NAME_PATTERN,
@@ -77,7 +78,7 @@ class AliasPut(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 3}]})
 
-    version: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
     model_id: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]{1,64}$")
 
 

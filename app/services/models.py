@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
 from app.problems import ProblemError
-from app.schemas.models import ALIAS_PATTERN
+from app.schemas.models import ALIAS_PATTERN, MAX_VERSION
 from app.services import cache, registry
 from app.services.cache import ModelEntry
 from app.services.cursors import as_utc, page, split_page
@@ -44,9 +44,10 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
     if model_id is not None:
         return get_model(session, tenant, model_id)
     name, _, version = ref.partition("@")
+    number = version.isascii() and version.isdigit()  # str.isdigit() alone takes "²"
     stmt = select(Model).where(Model.tenant_id == tenant.id, Model.name == name,
                                Model.deleted_at.is_(None))
-    if version and not version.isdigit() and version != "latest":
+    if version and not number and version != "latest":
         if not re.fullmatch(ALIAS_PATTERN, version):
             raise ProblemError(422, "Invalid model reference",
                                detail=f"{version!r} is neither a version number nor an alias",
@@ -57,7 +58,9 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
         if m is None:
             raise _not_found(f"{ref!r} (no alias {version!r} of model {name!r})")
         return m
-    if version.isdigit():
+    if number:
+        if int(version) > MAX_VERSION:  # no such version (and past the column's range)
+            raise _not_found(repr(ref))
         stmt = stmt.where(Model.version == int(version))
     m = session.scalars(stmt.order_by(Model.version.desc()).limit(1)).first()
     if m is None:

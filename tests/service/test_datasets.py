@@ -242,6 +242,11 @@ HOSTILE = [
      {"line": 3, "field": "value"}),
     ("libsvm-bad-label", "x.libsvm", b"1 1:0.5\nyes 2:1\n", {}, 422, "invalid-libsvm",
      {"line": 2, "field": "label", "value": "yes"}),
+    # digits outside ASCII: str.isdigit() takes the superscript, int() does not
+    ("libsvm-superscript-index", "x.libsvm", "1 1:0.5\n-1 1:0.1 \u00b2:3\n".encode(), {},
+     422, "invalid-libsvm", {"line": 2, "field": "index", "value": "\u00b2:3"}),
+    ("libsvm-arabic-digit-label", "x.libsvm", "1 1:0.5\n\u0661 2:1\n".encode(), {}, 422,
+     "invalid-libsvm", {"line": 2, "field": "label", "value": "\u0661"}),
     ("one-class", "x.libsvm", b"1 1:0.5\n1 2:1\n", {}, 422, "too-few-classes",
      {"classes": ["1"]}),
     ("empty-file", "x.libsvm", b"", {}, 422, "empty-dataset", {}),
@@ -266,6 +271,8 @@ HOSTILE = [
      {"line": 3, "column": "b", "value": "x7"}),
     ("csv-leading-blank-lines", "x.csv", b"\n\na,b,label\n1,2,0\n3,1_0,1\n", {}, 422,
      "invalid-csv", {"line": 5, "column": "b", "value": "1_0"}),
+    ("csv-arabic-digit", "x.csv", "a,b,label\n1,2,0\n3,\u0663,1\n".encode(), {}, 422,
+     "invalid-csv", {"line": 3, "column": "b", "value": "\u0663"}),
     ("csv-nan", "x.csv", b"a,b,label\n1,2,0\n3,4,1\n5,NaN,0\n", {}, 422, "invalid-csv",
      {"line": 4, "column": "b"}),
     ("csv-empty-cell", "x.csv", b"a,b,label\n1,,0\n3,4,1\n", {}, 422, "invalid-csv",
@@ -408,7 +415,8 @@ def test_n_features_widens_libsvm(api: httpx.Client, heart_text: bytes, heart_ar
     X, _ = _stored(r.json(), Path(stack_env["SODM_DATA_DIR"]))
     np.testing.assert_array_equal(X[:, :13], heart_arrays[0])
     assert not X[:, 13:].any()
-    for value, ptype in (("5", "invalid-n-features"), ("abc", "validation-error")):
+    for value, ptype in (("5", "invalid-n-features"), ("abc", "validation-error"),
+                         ("\u00b2", "validation-error")):
         r = _upload(api, "h.libsvm", heart_text, n_features=value)
         assert r.status_code == 422
         assert r.json()["type"].endswith(ptype)

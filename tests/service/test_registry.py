@@ -110,6 +110,11 @@ def test_alias_requests_that_are_refused(client, versions):
     _problem(client.put("/models/no-such/aliases/x", json={"version": 1}), 404)
     _problem(_predict(client, "reg@no-such-alias"), 404)
     _problem(_predict(client, "reg@bad alias!"), 422)
+    # a version past the INTEGER column is simply not there; a non-ASCII digit is no version
+    body = _problem(_predict(client, "reg@" + "9" * 30), 404)
+    assert "9" * 30 in body["detail"]
+    _problem(_predict(client, "reg@2147483648"), 404)
+    _problem(_predict(client, "reg@\u00b2"), 422)
     _problem(client.delete("/models/reg/aliases/never-set"), 404)
 
 

@@ -25,7 +25,7 @@ from app.services.ingest.parsed import Parsed, check_classes
 from app.services.ingest.text import BOM, NUM, NUM_RE, check_text, first_line
 
 # the first line of a LIBSVM file (CSV's wrong-format check): "label idx:val ...", linear
-_LIBSVM_FIRST_LINE = re.compile(rf"[ \t]*+{NUM}(?:[ \t]++\d++:{NUM})++\s*+")
+_LIBSVM_FIRST_LINE = re.compile(rf"[ \t]*+{NUM}(?:[ \t]++\d++:{NUM})++\s*+", re.ASCII)
 
 
 def parse_csv(path: Path, label_column: str) -> Parsed:

@@ -130,7 +130,7 @@ def _diagnose_libsvm(text: str, first_line: int = 1) -> None:
                 raise invalid("libsvm", f"line {lineno}: malformed token {tok!r} "
                                         "(expected index:value)", line=lineno, field="token",
                               value=tok)
-            if not idx_s.isdigit():
+            if not (idx_s.isascii() and idx_s.isdigit()):
                 raise invalid("libsvm", f"line {lineno}: feature index {idx_s!r} is not a "
                                         "positive integer", line=lineno, field="index",
                               value=tok)

@@ -24,9 +24,10 @@ PARSE_CHUNK = 1 << 20
 
 # A decimal number. Possessive quantifiers (no backtracking into a digit run) keep every
 # match linear in the token's length: "\d+\.?\d*" split a digit run in n ways, so a long
-# digit run cost O(n^2) with the GIL held and froze the whole API.
+# digit run cost O(n^2) with the GIL held and froze the whole API. Compile it with
+# re.ASCII: the fast parsers read ASCII digits only, so "\d" must not match "٣" or "²".
 NUM = r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+"
-NUM_RE = re.compile(NUM)
+NUM_RE = re.compile(NUM, re.ASCII)
 
 
 def line_chunks(path: Path, size: int | None = None) -> Iterator[tuple[bytes, int, int]]:
