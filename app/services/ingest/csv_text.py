@@ -217,7 +217,7 @@ class _CsvFill:
                 raise invalid("csv", f"line {line}: column {name!r} is empty", line=line,
                               column=name, value="")
             if self.first_bad[j] >= 0:
-                value = self.X[self.first_bad[j], j]
+                value = float(self.X[self.first_bad[j], j])  # "inf", not "np.float64(inf)"
                 line = int(lines[self.first_bad[j]])
                 raise invalid("csv", f"line {line}: column {name!r} value {value!r} is not "
                                      "finite", line=line, column=name, value=str(value))

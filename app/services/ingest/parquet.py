@@ -38,7 +38,7 @@ def parse_parquet(path: Path, label_column: str) -> Parsed:
                            detail=f"no column named {label_column!r} (set label_column)",
                            type="missing-label-column", format="parquet", column=label_column,
                            columns=names[:50])
-    sparse = "indices" in names and "values" in names and pa.types.is_list(
+    sparse = "indices" in names and "values" in names and _is_list(
         pf.schema_arrow.field("indices").type)
     if not sparse:
         _check_feature_types(pf, path, [n for n in names if n not in (label_column, "row_id")])
@@ -117,12 +117,13 @@ def _parquet_numeric(col: pa.ChunkedArray, name: str) -> np.ndarray:
         row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
         raise invalid("parquet", f"row {row + 1}: column {name!r} is null", row=row + 1,
                       column=name, value="null")
-    values = col.cast(pa.float64()).to_numpy()
+    # unsafe: an integer past 2**53 (uint64, int64) becomes the nearest double, as in a CSV
+    values = col.cast(pa.float64(), safe=False).to_numpy()
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
-        row = int(bad[0])
-        raise invalid("parquet", f"row {row + 1}: column {name!r} value {values[row]!r} is not "
-                                 "finite", row=row + 1, column=name, value=str(values[row]))
+        row, value = int(bad[0]), float(values[bad[0]])
+        raise invalid("parquet", f"row {row + 1}: column {name!r} value {value!r} is not "
+                                 "finite", row=row + 1, column=name, value=str(value))
     return values
 
 
@@ -131,7 +132,14 @@ def _open_parquet(path: Path, label_column: str) -> pq.ParquetFile:
     over many rows stay one copy each until their count and lengths are checked."""
     try:
         schema = pq.ParquetFile(path).schema_arrow
-        label = schema.field(label_column).type if label_column in schema.names else None
+    except (pa.ArrowException, OSError) as exc:
+        raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+    names = schema.names
+    if len(set(names)) != len(names):
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise invalid("parquet", f"duplicate column name {twice!r}", column=twice)
+    try:
+        label = schema.field(label_column).type if label_column in names else None
         text = label is not None and (pa.types.is_string(label) or pa.types.is_large_string(label)
                                       or pa.types.is_binary(label))
         return pq.ParquetFile(path, read_dictionary=[label_column] if text else None)
@@ -155,7 +163,9 @@ def _check_feature_types(pf: pq.ParquetFile, path: Path, features: list[str]) ->
             continue
         first = None
         if pf.metadata.num_row_groups and pf.metadata.row_group(0).num_rows:
-            with contextlib.suppress(pa.ArrowException, OSError):
+            # best effort, only to echo a value: a nested column's name is not a leaf that
+            # read_dictionary knows (KeyError), and whatever else fails leaves it None
+            with contextlib.suppress(Exception):
                 one = pq.ParquetFile(path, read_dictionary=[name]).read_row_group(
                     0, columns=[name])
                 first = one.column(name).slice(0, 1).to_pylist()[0]
@@ -192,25 +202,91 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return np.array(col.to_pylist(), dtype=str)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return col.cast(pa.int64()).to_numpy()
+        try:
+            return col.cast(pa.int64()).to_numpy()
+        except pa.ArrowInvalid:  # uint64 past 2**63 - 1
+            big = pc.greater(col, pa.scalar(2**63 - 1, col.type)).to_numpy(zero_copy_only=False)
+            row = int(np.flatnonzero(big)[0])
+            value = col[row].as_py()
+            raise invalid("parquet", f"row {row + 1}: label {value} is past the 64-bit "
+                                     "integer range", row=row + 1, column=name,
+                          value=str(value)) from None
     return _parquet_numeric(col, name)
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _sparse_column(table: pa.Table, name: str, integer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A list column of the sparse form: its row offsets (from 0) and its flat values,
+    refused (422 naming the column and row) unless every row is a list of numbers."""
+    col = table.column(name).combine_chunks()
+    t = col.type
+    inner = t.value_type if _is_list(t) else None
+    ok = inner is not None and (pa.types.is_integer(inner) if integer
+                                else _is_number_type(inner))
+    if not ok:
+        want = "lists of integers" if integer else "lists of numbers"
+        raise invalid("parquet", f"column {name!r} has type {t}; the sparse form needs {want}",
+                      column=name)
+    if col.null_count:
+        row = _first_true(pc.is_null(col))
+        raise invalid("parquet", f"row {row + 1}: column {name!r} is null", row=row + 1,
+                      column=name, value="null")
+    offsets = col.offsets.to_numpy().astype(np.int64)
+    flat = col.flatten()
+    if flat.null_count:
+        row = _row_of(offsets, _first_true(pc.is_null(flat)))
+        raise invalid("parquet", f"row {row + 1}: column {name!r} holds a null", row=row + 1,
+                      column=name, value="null")
+    if pa.types.is_dictionary(flat.type):
+        flat = flat.cast(flat.type.value_type)
+    if integer:
+        # the features cap before the cast: a uint64 index may be past int64
+        top, cap = pc.max(flat).as_py(), get_settings().limit_features
+        if top is not None and top >= cap:
+            raise over_limit("features", top + 1, cap, "SODM_LIMIT_FEATURES",
+                             format="parquet", column=name)
+        values = flat.cast(pa.int64())
+    else:
+        values = flat.cast(pa.float64(), safe=False)
+    return offsets - offsets[0], values.to_numpy(zero_copy_only=False)
+
+
+def _first_true(mask: pa.Array | pa.ChunkedArray) -> int:
+    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+
+
+def _row_of(indptr: np.ndarray, k: int) -> int:
+    """The row of entry ``k`` of a CSR layout."""
+    return int(np.searchsorted(indptr, k, side="right")) - 1
+
+
 def _parquet_sparse(table: pa.Table) -> sp.csr_matrix:
-    idx = table.column("indices").combine_chunks()
-    val = table.column("values").combine_chunks()
-    indptr = idx.offsets.to_numpy().astype(np.int64)
-    indptr -= indptr[0]
-    indices = idx.flatten().to_numpy(zero_copy_only=False)
-    data = val.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
-    if not np.array_equal(val.offsets.to_numpy() - val.offsets.to_numpy()[0], indptr):
-        raise invalid("parquet", "indices and values lists differ in length", column="values")
-    if indices.size and (indices.min() < 0 or not np.all(np.isfinite(data))):
-        raise invalid("parquet", "negative index or non-finite value in the sparse columns",
-                      column="indices")
+    """The sparse form: per row, strictly ascending 0-based ``indices`` and their
+    ``values``, as many of each."""
+    indptr, indices = _sparse_column(table, "indices", integer=True)
+    val_ptr, data = _sparse_column(table, "values", integer=False)
+    if not np.array_equal(val_ptr, indptr):
+        row = int(np.flatnonzero(np.diff(val_ptr) != np.diff(indptr))[0])
+        raise invalid("parquet", f"row {row + 1}: indices and values lists differ in length",
+                      row=row + 1, column="values")
+    for bad, what, column in ((indices < 0, "a negative index", "indices"),
+                              (~np.isfinite(data), "a value that is not finite", "values")):
+        if bad.any():
+            row = _row_of(indptr, int(np.flatnonzero(bad)[0]))
+            raise invalid("parquet", f"row {row + 1}: {what} in column {column!r}",
+                          row=row + 1, column=column)
+    # strictly ascending within each row: a step that is not up, unless it starts a row
+    steps = np.flatnonzero(np.diff(indices) <= 0) + 1
+    starts = np.zeros(indices.size, dtype=bool)
+    starts[indptr[:-1][indptr[:-1] < indices.size]] = True
+    within = steps[~starts[steps]]
+    if within.size:
+        row = _row_of(indptr, int(within[0]))
+        raise invalid("parquet", f"row {row + 1}: indices must be strictly ascending within a "
+                                 "row (no repeats)", row=row + 1, column="indices")
     n_features = int(indices.max()) + 1 if indices.size else 1
-    X = sp.csr_matrix((data, indices.astype(np.int32), indptr),
-                      shape=(table.num_rows, n_features))
-    if not X.has_sorted_indices:
-        raise invalid("parquet", "indices must be sorted within each row", column="indices")
-    return X
+    return sp.csr_matrix((data, indices.astype(np.int32), indptr),
+                         shape=(table.num_rows, n_features))
