@@ -267,7 +267,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from app.supervise import Child, Supervisor
 
     s = get_settings()
-    s.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataDirError(f"cannot create the data directory {s.data_dir} "
+                           f"(SODM_DATA_DIR): {exc.strerror}") from exc
     migrate()
     configure(s.log_format, s.log_level)  # after alembic, which sets up logging its own way
     key = create_key("default", "quick start")
@@ -363,8 +367,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; a bad setting, an unreachable database or an unusable data directory
+    is one line on stderr and exit status 2, not a traceback."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import OperationalError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ValidationError as exc:
+        for e in exc.errors():
+            name = ".".join(str(p) for p in e["loc"]).upper()
+            _err(f"sodm: bad setting {name}={e.get('input')!r}: {e['msg']}")
+    except OperationalError as exc:
+        from sqlalchemy.engine import make_url
+
+        url = make_url(get_settings().database_url).render_as_string(hide_password=True)
+        _err(f"sodm: cannot use the database {url}: {str(exc.orig).splitlines()[0]}")
+    except DataDirError as exc:
+        _err(f"sodm: {exc}")
+    return 2
+
+
+class DataDirError(Exception):
+    """``SODM_DATA_DIR`` cannot be created or written."""
 
 
 if __name__ == "__main__":

@@ -166,3 +166,24 @@ def test_spark_cluster_commands() -> None:
         listener.listen()
         r = sodm("spark-ping", "--port", str(listener.getsockname()[1]), env=dict(os.environ))
         assert r.returncode == 0 and "listening" in r.stdout, r.stderr
+
+
+def test_bad_settings_database_and_data_dir_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    """An operator's mistake is one line naming the setting (the database URL without its
+    password), exit status 2, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = [
+        ("migrate", {"SODM_LIMIT_FEATURES": "abc"},
+         "sodm: bad setting SODM_LIMIT_FEATURES='abc': "),
+        ("migrate", {"DATABASE_URL": "postgresql://someone:s3cret@127.0.0.1:1/x"},
+         "sodm: cannot use the database postgresql://someone:***@127.0.0.1:1/x: "),
+        ("run", {"SODM_DATA_DIR": str(blocker / "data")},
+         f"sodm: cannot create the data directory {blocker / 'data'} (SODM_DATA_DIR): "),
+    ]
+    for command, extra, start in cases:
+        r = sodm(command, env={**os.environ, **extra})
+        assert r.returncode == 2, (command, extra, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(start), r.stderr
+        assert "Traceback" not in r.stderr and "s3cret" not in r.stderr
