@@ -12,8 +12,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
+from app.downloads import Download
 from app.problems import ProblemError
 
 router = APIRouter(include_in_schema=False)
@@ -57,12 +58,12 @@ def root(request: Request) -> RedirectResponse:
 
 
 @router.get("/dashboard/assets/{name:path}")
-def asset(name: str) -> FileResponse:
+def asset(name: str) -> Download:
     """A JavaScript module, stylesheet or icon of the dashboard (ETag / Last-Modified)."""
     if name not in _ASSETS:
         raise ProblemError(404, "Not found", detail=f"no dashboard asset {name!r}")
     path = STATIC_DIR / name
-    return FileResponse(path, media_type=MEDIA_TYPES[path.suffix],
+    return Download(path, media_type=MEDIA_TYPES[path.suffix],
                         headers={"Cache-Control": "no-cache",
                                  "X-Content-Type-Options": "nosniff"})
 

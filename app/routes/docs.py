@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import HTMLResponse
 from swagger_ui_bundle import swagger_ui_path
 
+from app.downloads import Download
 from app.problems import ProblemError
 
 router = APIRouter(include_in_schema=False)
@@ -36,9 +37,9 @@ def docs(request: Request) -> HTMLResponse:
 
 
 @router.get("/docs/assets/{name}")
-def docs_asset(name: str) -> FileResponse:
+def docs_asset(name: str) -> Download:
     """A Swagger UI file from the installed bundle (a fixed list: no path tricks)."""
     if name not in ASSETS:
         raise ProblemError(404, "Not found", detail=f"no docs asset {name!r}")
-    return FileResponse(str(swagger_ui_path / name), media_type=ASSETS[name],
+    return Download(str(swagger_ui_path / name), media_type=ASSETS[name],
                         headers={"Cache-Control": "public, max-age=86400"})

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
-from fastapi.responses import FileResponse
 from sqlalchemy.orm import Session
 
 from app.auth import current_tenant
 from app.db import get_session
+from app.downloads import Download
 from app.models import Tenant
 from app.problems import ProblemError
 from app.schemas.common import ID_PATTERN, IdPath
@@ -71,17 +71,17 @@ def update_model(model_id: IdPath, body: ModelPatch, tenant: Tenant = Depends(cu
     return _one(session, m)
 
 
-@router.get("/models/{model_id}/file", response_class=FileResponse,
+@router.get("/models/{model_id}/file", response_class=Download,
             responses={200: {"content": {"application/octet-stream": {}}}})
 def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
-               session: Session = Depends(get_session)) -> FileResponse:
+               session: Session = Depends(get_session)) -> Download:
     """The portable model file (``solver.model_io.load_model`` reads it)."""
     m = models_service.get_model(session, tenant, model_id)
     path = storage.file_of(m)
     if not path.is_file():
         raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
                            type="not-found")
-    return FileResponse(path, media_type="application/octet-stream",
+    return Download(path, media_type="application/octet-stream",
                         filename=f"{m.name}-v{m.version}.sodm")
 
 

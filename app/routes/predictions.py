@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from app.auth import current_tenant
 from app.db import get_session
+from app.downloads import Download
 from app.models import JobState, Tenant
 from app.routes.jobs import events_response
 from app.schemas.common import IdPath
@@ -88,5 +89,5 @@ def prediction_result(job_id: IdPath,
         return StreamingResponse(predictions.csv_chunks(path), media_type="text/csv",
                                  headers={"Content-Disposition":
                                           f'attachment; filename="{stem}.csv"'})
-    return FileResponse(path, media_type="application/vnd.apache.parquet",
+    return Download(path, media_type="application/vnd.apache.parquet",
                         filename=f"{stem}.parquet")

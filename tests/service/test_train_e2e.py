@@ -70,6 +70,17 @@ def test_sodm_job_matches_library_fit(client, worker, svmguide, datasets_dir):
     assert "attachment" in f.headers["content-disposition"]
     offline = load_model(io.BytesIO(f.content))
     np.testing.assert_allclose(offline.decision_function(Xt), lib_f, rtol=1e-9, atol=1e-9)
+    # a resumed download gets the rest; a Range it cannot serve is a problem like any error
+    size = len(f.content)
+    part = client.get(f"/models/{model['id']}/file", headers={"Range": "bytes=10-"})
+    assert part.status_code == 206 and part.content == f.content[10:]
+    past = client.get(f"/models/{model['id']}/file", headers={"Range": f"bytes={size}-"})
+    assert past.status_code == 416 and past.headers["content-range"] == f"bytes */{size}"
+    assert past.headers["content-type"] == "application/problem+json"
+    assert past.json()["type"].endswith("/range-not-satisfiable")
+    bad = client.get(f"/models/{model['id']}/file", headers={"Range": "bytes=9-2"})
+    assert bad.status_code == 400 and bad.headers["content-type"] == "application/problem+json"
+    assert "bytes=9-2" in bad.json()["detail"]
 
 
 def test_models_by_name_get_versions(client, worker, svmguide):
