@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 
 from app.config import get_settings
 from app.problems import ProblemError
-from app.services.ingest.errors import invalid, over_limit
+from app.services.ingest.errors import first_true, invalid, over_limit
 from app.services.ingest.files import CHUNK
 from app.services.ingest.parsed import Parsed, check_classes
 from app.services.ingest.text import BOM, NUM, NUM_RE, check_text, first_line
@@ -189,7 +189,7 @@ class _CsvFill:
             col = batch.column(c)
             block[:, j] = col.to_numpy(zero_copy_only=False)
             if col.null_count and self.first_null[j] < 0:
-                self.first_null[j] = r0 + _first_true(pc.is_null(col))
+                self.first_null[j] = r0 + first_true(pc.is_null(col))
         bad = ~np.isfinite(block)
         if bad.any():
             self._record_bad(bad, batch, r0)
@@ -221,10 +221,6 @@ class _CsvFill:
                 line = int(lines[self.first_bad[j]])
                 raise invalid("csv", f"line {line}: column {name!r} value {value!r} is not "
                                      "finite", line=line, column=name, value=str(value))
-
-
-def _first_true(mask: pa.Array) -> int:
-    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
 
 
 class _LabelCodes:

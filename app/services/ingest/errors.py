@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from app.problems import ProblemError
 
 MAX_VALUE_ECHO = 80  # characters of an offending value echoed back
@@ -34,3 +36,9 @@ def over_limit(what: str, value: int, limit: int, setting: str, **ext: Any) -> P
                         detail=f"{what}: {value} is over this server's limit of {limit} "
                                f"({setting})", type="dataset-over-limit", cap=what,
                         value=value, limit=limit, setting=setting, **ext)
+
+
+def first_true(mask: Any) -> int:
+    """The position of the first true entry of a pyarrow boolean (chunked) array: the row
+    an error names."""
+    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from app.config import get_settings
 from app.problems import ProblemError
-from app.services.ingest.errors import invalid, over_limit
+from app.services.ingest.errors import first_true, invalid, over_limit
 from app.services.ingest.files import GZIP_MAGIC, PARQUET_MAGIC
 from app.services.ingest.parsed import Parsed, check_classes
 
@@ -114,7 +114,7 @@ def _parquet_numeric(col: pa.ChunkedArray, name: str) -> np.ndarray:
         raise invalid("parquet", f"column {name!r} has type {t}, not a number", column=name,
                       value=str(first))
     if col.null_count:
-        row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+        row = first_true(pc.is_null(col))
         raise invalid("parquet", f"row {row + 1}: column {name!r} is null", row=row + 1,
                       column=name, value="null")
     # unsafe: an integer past 2**53 (uint64, int64) becomes the nearest double, as in a CSV
@@ -196,7 +196,7 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
         col = col.cast(col.type.value_type)
     t = col.type
     if col.null_count:
-        row = int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
+        row = first_true(pc.is_null(col))
         raise invalid("parquet", f"row {row + 1}: the label is null", row=row + 1, column=name,
                       value="null")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -231,13 +231,13 @@ def _sparse_column(table: pa.Table, name: str, integer: bool) -> tuple[np.ndarra
         raise invalid("parquet", f"column {name!r} has type {t}; the sparse form needs {want}",
                       column=name)
     if col.null_count:
-        row = _first_true(pc.is_null(col))
+        row = first_true(pc.is_null(col))
         raise invalid("parquet", f"row {row + 1}: column {name!r} is null", row=row + 1,
                       column=name, value="null")
     offsets = col.offsets.to_numpy().astype(np.int64)
     flat = col.flatten()
     if flat.null_count:
-        row = _row_of(offsets, _first_true(pc.is_null(flat)))
+        row = _row_of(offsets, first_true(pc.is_null(flat)))
         raise invalid("parquet", f"row {row + 1}: column {name!r} holds a null", row=row + 1,
                       column=name, value="null")
     if pa.types.is_dictionary(flat.type):
@@ -252,10 +252,6 @@ def _sparse_column(table: pa.Table, name: str, integer: bool) -> tuple[np.ndarra
     else:
         values = flat.cast(pa.float64(), safe=False)
     return offsets - offsets[0], values.to_numpy(zero_copy_only=False)
-
-
-def _first_true(mask: pa.Array | pa.ChunkedArray) -> int:
-    return int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
 
 
 def _row_of(indptr: np.ndarray, k: int) -> int:
