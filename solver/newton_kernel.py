@@ -212,7 +212,7 @@ class FaceSystems:
     """Solves ``(K_SS + diag(D)) x = t`` for the successive faces of the direct Newton steps
     of one solve.
 
-    A face is factored once (Cholesky in float32, about 2.8x faster than float64) and becomes
+    A face is factored once (Cholesky in float32, docs/design-notes.md has its cost) and becomes
     the *base*; a face within ``UPDATE_SHARE`` of the base in rows removed, added or moved
     between the zeta and beta sides reuses the base factor:
 
