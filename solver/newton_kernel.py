@@ -87,6 +87,10 @@ RATE_WINDOW = 5
 # a direct attempt may use this many state updates' worth of mat-vecs (each update: two
 # mat-vecs and a factorization counted at |S|^2 / 3m)
 DIRECT_BUDGET_UPDATES = 40
+# an attempt on a face of |S| rows out of m costs about 0.03 |S|^2 / m epochs of coordinate
+# descent; it is made only when coordinate descent's extrapolated epochs left exceed twice
+# that (else coordinate descent finishes first, and the question is asked again next epoch)
+DIRECT_WORTH = 0.06
 
 # --- one attempt (active_set_newton) --------------------------------------------------------
 # at most this many state updates per attempt
@@ -180,6 +184,8 @@ class NewtonSchedule:
         if epoch >= self.next_direct and (
                 face <= self.direct_settled
                 or face <= self.direct_max and face_stalled(self.face_history)):
+            if epochs_left(kkts, tol) < DIRECT_WORTH * face * face / m:
+                return False
             self.next_direct = RETRY_FACTOR * epoch
             return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
         if self.store.full and epoch >= self.next_cg and (

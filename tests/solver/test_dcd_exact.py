@@ -365,6 +365,31 @@ def test_cg_on_a_stalled_face_within_twice_the_limit_only_when_nearly_every_row_
     assert sched.n_attempts == attempts
 
 
+@pytest.mark.parametrize(("kkts", "attempts"), [
+    ([0.5 ** k for k in range(10)], 0),  # halves every epoch: about one epoch left
+    (list(np.linspace(1.0, 0.95, 10)), 1),  # crawls: over a thousand epochs left
+])
+def test_a_direct_step_waits_while_coordinate_descent_is_about_to_finish(kkts, attempts):
+    # a face of 900 of 1,210 rows, within what a direct step factors: an attempt costs about
+    # 0.03 * 900^2 / 1,210 = 20 epochs, so it is made only when coordinate descent's
+    # extrapolated epochs left exceed twice that (an ijcnn1.t partition converged in 30
+    # epochs, 1.3 s, where the attempt at epoch 5 took 4.0 s)
+    m, face = 1210, 900
+    X, y = _data(m=m, n=4, seed=2)
+    kernel = Kernel("rbf", gamma=5.0)
+    store = ColumnStore(X, kernel, 8.0 * (1 << 20))
+    params = ODMParams(lam=1e4, theta=0.5)
+    dz, db = params.diag_terms(m)
+    sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
+    assert face <= sched.direct_settled
+    f = y.copy()
+    f[:face] = 0.0  # on the predicted face
+    left = nwt.epochs_left(kkts, 1e-3)
+    assert (left < nwt.DIRECT_WORTH * face * face / m) == (attempts == 0)
+    sched.after_epoch(len(kkts), kkts, np.zeros((m, 2)), f, 1e-3)
+    assert sched.n_attempts == attempts
+
+
 def _face_systems(m: int, n: int, seed: int, gamma: float, cache_mb: float):
     """Data, an RBF kernel, its column store (whole matrix or column cache) and faces."""
     X, _ = _data(m=m, n=n, seed=seed)
