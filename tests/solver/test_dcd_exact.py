@@ -342,6 +342,19 @@ def test_a_face_too_large_to_factor_that_stops_shrinking_gets_cg():
     assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
 
 
+def _schedule_with_face(m: int, face: int, lam: float):
+    """The Newton schedule of an m-row RBF problem (8 MB budget: direct limit 1,000 rows)
+    and decision values ``f`` that put its first ``face`` rows on the predicted face."""
+    X, y = _data(m=m, n=4, seed=2)
+    store = ColumnStore(X, Kernel("rbf", gamma=5.0), 8.0 * (1 << 20))
+    params = ODMParams(lam=lam, theta=0.5)
+    dz, db = params.diag_terms(m)
+    sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
+    f = y.copy()  # margins 1: inside the band
+    f[:face] = 0.0  # margins 0: outside it, on the predicted face
+    return sched, f
+
+
 @pytest.mark.parametrize(("face", "attempts"), [(1100, 0), (1150, 1)])
 def test_cg_on_a_stalled_face_within_twice_the_limit_only_when_nearly_every_row_is_on_it(
         face, attempts):
@@ -350,15 +363,8 @@ def test_cg_on_a_stalled_face_within_twice_the_limit_only_when_nearly_every_row_
     # (an ijcnn1.t partition at 73 %: CG attempts took 78 s where coordinate descent took
     # 18 s), so CG waits; with 95 % or more of them (1,150) it runs
     m = 1210
-    X, y = _data(m=m, n=4, seed=2)
-    kernel = Kernel("rbf", gamma=5.0)
-    store = ColumnStore(X, kernel, 8.0 * (1 << 20))
-    params = ODMParams(lam=1e6, theta=0.5)
-    dz, db = params.diag_terms(m)
-    sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
-    assert store.full and sched.direct_max == 1000 < face < nwt.CG_FACE_FACTOR * 1000
-    f = y.copy()  # margins 1: inside the band
-    f[:face] = 0.0  # margins 0: outside it, on the predicted face
+    sched, f = _schedule_with_face(m, face, lam=1e6)
+    assert sched.store.full and sched.direct_max == 1000 < face < nwt.CG_FACE_FACTOR * 1000
     sched.face_history = [face] * 20
     kkts = list(np.linspace(1.0, 0.95, 50))
     sched.after_epoch(50, kkts, np.zeros((m, 2)), f, 1e-3)
@@ -375,15 +381,8 @@ def test_a_direct_step_waits_while_coordinate_descent_is_about_to_finish(kkts, a
     # extrapolated epochs left exceed twice that (an ijcnn1.t partition converged in 30
     # epochs, 1.3 s, where the attempt at epoch 5 took 4.0 s)
     m, face = 1210, 900
-    X, y = _data(m=m, n=4, seed=2)
-    kernel = Kernel("rbf", gamma=5.0)
-    store = ColumnStore(X, kernel, 8.0 * (1 << 20))
-    params = ODMParams(lam=1e4, theta=0.5)
-    dz, db = params.diag_terms(m)
-    sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
+    sched, f = _schedule_with_face(m, face, lam=1e4)
     assert face <= sched.direct_settled
-    f = y.copy()
-    f[:face] = 0.0  # on the predicted face
     left = nwt.epochs_left(kkts, 1e-3)
     assert (left < nwt.DIRECT_WORTH * face * face / m) == (attempts == 0)
     sched.after_epoch(len(kkts), kkts, np.zeros((m, 2)), f, 1e-3)
