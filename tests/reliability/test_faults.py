@@ -7,7 +7,6 @@ disk during an upload."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
@@ -36,16 +35,6 @@ def _models(db, job_id: str) -> int:
     return one(db, "select count(*) from models where job_id = :j", j=job_id)
 
 
-def _wait_log(proc, pattern: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = re.search(pattern, proc.log_text(), re.S)
-        if m:
-            return m.group(0)
-        time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} not logged in {timeout}s:\n{proc.log_text()[-3000:]}")
-
-
 def test_job_longer_than_visibility_timeout_runs_once(client, start_worker, guide, db):
     """Visibility timeout 3 s (restore scan every second), a fit of several seconds and a
     second free pool child: Redis redelivers the unacknowledged message while the job runs;
@@ -60,8 +49,7 @@ def test_job_longer_than_visibility_timeout_runs_once(client, start_worker, guid
     assert took > 4, f"the job ran {took}s: not longer than the visibility timeout + scan"
     # the redelivered message was received and refused by the claim (polled: a redelivery
     # that lands as the job ends is refused after the job's state is committed)
-    _wait_log(w, rf"train_job\[{job['id']}\] succeeded in [\d.]+s: 'SKIPPED'", timeout=30)
-    log = w.log_text()
+    log = w.wait_log(rf"train_job\[{job['id']}\] succeeded in [\d.]+s: 'SKIPPED'", timeout=30)
     assert log.count(f"Task worker.tasks.train_job[{job['id']}] received") >= 2, log[-3000:]
     assert _models(db, job["id"]) == 1
 
@@ -85,7 +73,7 @@ def test_postgres_outage_mid_job(client, pg_proxy, pg_url, start_api, start_work
         assert r.status_code == 503 and r.json()["down"] == ["database"], r.text
         assert r.headers["content-type"].startswith("application/problem+json")
         assert httpx.get(api.url + "/livez").status_code == 200
-        _wait_log(w, r"final commit failed .*; retrying in", timeout=240)
+        w.wait_log(r"final commit failed .*; retrying in", timeout=240)
         time.sleep(1.5)  # at least one more failed retry
     finally:
         pg_proxy.start()

@@ -28,10 +28,15 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _sample(scrape: str, name: str, labels: str = "") -> float:
+def _value(scrape: str, name: str, labels: str = "") -> float | None:
     m = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+-]+)$", scrape, re.M)
-    assert m, f"{name}{labels} not in the scrape"
-    return float(m.group(1))
+    return float(m.group(1)) if m else None
+
+
+def _sample(scrape: str, name: str, labels: str = "") -> float:
+    value = _value(scrape, name, labels)
+    assert value is not None, f"{name}{labels} not in the scrape"
+    return value
 
 
 def _scrape_once_counted(client: httpx.Client, name: str, timeout: float = 30.0) -> str:
@@ -41,8 +46,7 @@ def _scrape_once_counted(client: httpx.Client, name: str, timeout: float = 30.0)
     while True:
         scrape = client.get("/metrics",
                             headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
-        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", scrape, re.M)
-        if (m and float(m.group(1)) >= 1) or time.monotonic() > deadline:
+        if (_value(scrape, name) or 0) >= 1 or time.monotonic() > deadline:
             return scrape
         time.sleep(0.2)
 
@@ -73,7 +77,8 @@ def test_a_jobs_log_lines_are_found_by_its_request_id_in_both_processes(
     api_lines = [r for r in _json_lines(api.log_text()) if r.get("request_id") == rid]
     assert any(r.get("path") == "/train" and r.get("status") == 202 for r in api_lines), \
         api.log_text()[-3000:]
-    worker_lines = _json_lines(worker.wait_log(f"job {job['id']} attempt 1 ended SUCCEEDED"))
+    worker_lines = _json_lines(worker.wait_log(
+        re.escape(f"job {job['id']} attempt 1 ended SUCCEEDED")))
     by_rid = [r for r in worker_lines if r.get("request_id") == rid]
     events = " | ".join(r["event"] for r in by_rid)
     assert "claimed" in events and "ended SUCCEEDED" in events, events
