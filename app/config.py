@@ -92,8 +92,19 @@ class Settings(BaseSettings):
                                            alias="SODM_INGEST_TIME_LIMIT_SECONDS")
     ingest_memory_bytes: int = Field(default=8 << 30, ge=64 << 20,
                                      alias="SODM_INGEST_MEMORY_BYTES")
-    # parses at once per API process (each up to ingest_memory_bytes); more uploads: 429
+    # parses at once per API process (each up to ingest_memory_bytes); more uploads wait
     ingest_concurrency: int = Field(default=2, ge=1, le=64, alias="SODM_INGEST_CONCURRENCY")
+    # parses of one tenant at once in the whole service (every API process, counted in
+    # the database): a tenant never holds more while the others' uploads wait
+    ingest_tenant_parses: int = Field(default=1, ge=1, le=64,
+                                      alias="SODM_INGEST_TENANT_PARSES")
+    # a parse's CPU budget scales with the bytes it parses (the upload, or what it expands
+    # to): floor + per MB, at most ingest_cpu_seconds; its wall-clock budget is three times
+    # that, at most ingest_time_limit_seconds
+    ingest_cpu_floor_seconds: float = Field(default=30.0, ge=1,
+                                            alias="SODM_INGEST_CPU_FLOOR_SECONDS")
+    ingest_cpu_seconds_per_mb: float = Field(default=1.0, ge=0,
+                                             alias="SODM_INGEST_CPU_SECONDS_PER_MB")
     # caps on what an upload may hold and on what later steps allocate from it (a 413
     # naming the cap and the value): rows, features, classes (one-vs-rest problems, the
     # confusion matrix), cells of the dense layout, and bytes of one line / one token

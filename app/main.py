@@ -70,14 +70,17 @@ GC_THRESHOLDS = (50_000, 20, 20)  # gc.set_threshold of an API process
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
-    ``app.services.batcher``), the cache-invalidation subscriber and the ingest forkserver."""
+    ``app.services.batcher``), the cache-invalidation subscriber, the ingest forkserver
+    and the sweep of abandoned uploads; at shutdown, uploads still waiting for a parse slot
+    are failed."""
     from threadpoolctl import threadpool_limits
 
-    from app.services import ingest_process, invalidation
+    from app.services import ingest_process, ingest_queue, ingest_sweep, invalidation
 
     blas = threadpool_limits(1)
     invalidation.start()
     threading.Thread(target=ingest_process.warm, daemon=True, name="sodm-ingest-warm").start()
+    ingest_sweep.start_thread()
     # Garbage collection paced for serving (docs/serving.md): the objects of startup
     # (modules, schemas, routes) live as long as the process, so they leave the collector's
     # sight, and young collections run every 50,000 allocations instead of 700; full
@@ -93,6 +96,8 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         gc.set_threshold(*thresholds)  # an in-process app (tests) leaves the GC as it was
         gc.unfreeze()
         invalidation.stop()
+        ingest_sweep.stop_thread()
+        ingest_queue.stop()
         blas.restore_original_limits()  # an in-process app (tests) leaves BLAS as it was
         from app.observability import process_exiting
 

@@ -109,11 +109,21 @@ class Dataset(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     sha256: Mapped[str] = mapped_column(String(64), default="")
     state: Mapped[str] = mapped_column(String(16), default=DatasetState.READY,
-                                       server_default=DatasetState.READY.value)
+                                       server_default=DatasetState.READY.value, index=True)
     # the problem+json body of a FAILED parse (None otherwise)
     problem: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # bytes this dataset holds on disk (while parsing: the upload and its decompressed copy
+    # as they are written; once ready: the stored files): what the storage quota counts
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # while parsing: the process that owns the parse (app.services.process_owner token: the
+    # API process while the upload waits for a slot, then the parsing child), its last
+    # heartbeat and when the parse took a slot (the tenant's parses count those)
+    ingest_owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    parse_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                              nullable=True)
 
 
 class Job(Base):

@@ -7,8 +7,11 @@ process.
 * QUEUED jobs whose doorbell was lost (``enqueued_at``, or ``created_at`` when never sent,
   older than ``SODM_REQUEUE_AFTER_SECONDS``) are sent again, with a doubling interval for
   jobs that simply wait in a long queue; the claim makes duplicates harmless.
-* Every ``SWEEP_EVERY_SECONDS``: model files no model row owns and stale temporary files
-  are removed (``app.services.model_files.sweep``).
+* Every pass: uploads whose parser died (their rows failed ``ingest-interrupted``, their
+  files and orphaned upload directories removed: ``app.services.ingest_sweep``).
+* Every ``SWEEP_EVERY_SECONDS``: model files no model row owns, stale temporary files and
+  dataset directories no live dataset owns are removed
+  (``app.services.model_files.sweep``, ``ingest_sweep``).
 All transitions are conditional UPDATEs, so concurrent reapers in several workers agree.
 """
 
@@ -24,7 +27,7 @@ from sqlalchemy import and_, or_, select, update
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, utcnow
-from app.services import model_files, prediction_files, task_client
+from app.services import ingest_sweep, model_files, prediction_files, task_client
 from worker.lease import db_now, poison_problem
 
 log = logging.getLogger(__name__)
@@ -139,7 +142,9 @@ def _loop() -> None:
     while not _stop.wait(interval):
         try:
             reap_once()
-            if time.monotonic() >= next_sweep:
+            full = time.monotonic() >= next_sweep
+            ingest_sweep.sweep_once(dataset_dirs=full)
+            if full:
                 next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
                 model_files.sweep()
                 prediction_files.sweep()

@@ -1,10 +1,13 @@
 """Routes: ``/datasets`` upload (streamed multipart), list, detail, delete.
 
 The upload body is parsed as it arrives (python-multipart's streaming parser): the file part
-goes straight to a temp file under ``SODM_DATA_DIR/tmp`` while its size is counted, so an
-oversized upload is cut off at the limit (413) instead of being spooled in full first. The
-file is then parsed in a child process (``app.services.ingest_process``); the request waits
-for it up to ``?wait=`` seconds: 201 (ready) or the refusal's 4xx, else 202 (parsing).
+goes straight to the upload's own directory (``tmp/upload-{id}/``,
+``app.services.upload_dirs``) while its size is counted, so an oversized upload is cut off
+at the limit (413) or at the tenant's storage quota (507) instead of being spooled in full
+first. No parse slot is held meanwhile: once the whole body is on disk the row is inserted
+and the upload waits for a fair slot (``app.services.ingest_queue``), then is parsed in a
+child process (``app.services.ingest_process``); the request waits for it up to ``?wait=``
+seconds: 201 (ready) or the refusal's 4xx, else 202 (parsing).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,14 +26,15 @@ from starlette.requests import ClientDisconnect
 
 from app.auth import current_tenant
 from app.config import get_settings
-from app.db import get_session, get_sessionmaker
-from app.models import Tenant
+from app.db import get_read_sessionmaker, get_session, get_sessionmaker
+from app.models import Tenant, new_id
 from app.observability import DATASET_UPLOADS
 from app.problems import ProblemError
 from app.schemas.common import IdPath, problem_responses
 from app.schemas.datasets import DatasetList, DatasetOut
 from app.services import datasets as datasets_service
-from app.services import ingest, ingest_process, quotas, storage
+from app.services import ingest, ingest_process, ingest_queue, quotas, storage
+from app.services.upload_dirs import UploadDir
 
 router = APIRouter(tags=["datasets"])
 
@@ -66,12 +69,24 @@ def _too_large(limit: int) -> ProblemError:
                         type="upload-too-large", limit_bytes=limit)
 
 
-class _FormReceiver:
-    """Callbacks for ``MultipartParser``: the ``file`` part to disk, small text fields to
-    memory; enforces the file size limit as bytes arrive."""
+def _over_quota(tenant_id: str, received: int) -> ProblemError:
+    """507 for a body that passed the tenant's storage headroom (its bytes included)."""
+    with get_read_sessionmaker()() as session:
+        used = quotas.stored_bytes(session, tenant_id) + received
+    return quotas.storage_problem(get_settings().quota_storage_mb * quotas.MB, used)
 
-    def __init__(self, limit: int) -> None:
+
+class _FormReceiver:
+    """Callbacks for ``MultipartParser``: the ``file`` part to the upload's directory,
+    small text fields to memory; enforces the file size limit and the tenant's storage
+    headroom (None: no quota) as bytes arrive."""
+
+    def __init__(self, limit: int, upload: UploadDir, tenant_id: str,
+                 headroom: int | None) -> None:
         self.limit = limit
+        self.upload = upload
+        self.tenant_id = tenant_id
+        self.headroom = headroom
         self.fields: dict[str, str] = {}
         self.file_path: Path | None = None
         self.filename: str | None = None
@@ -117,7 +132,7 @@ class _FormReceiver:
             raw = params.get(b"filename")
             self.filename = raw.decode("utf-8", "replace") if raw is not None else None
             with storage.storage_errors():
-                self.file_path = storage.new_tmp_path(".upload")
+                self.file_path = self.upload.body
                 self._fh = open(self.file_path, "wb")  # noqa: SIM115 - closed in _part_end
 
     def _data(self, data: bytes, start: int, end: int) -> None:
@@ -126,6 +141,8 @@ class _FormReceiver:
             self.file_bytes += len(chunk)
             if self.file_bytes > self.limit:
                 raise _too_large(self.limit)
+            if self.headroom is not None and self.file_bytes > self.headroom:
+                raise _over_quota(self.tenant_id, self.file_bytes)
             self.sha.update(chunk)
             with storage.storage_errors():
                 self._fh.write(chunk)  # type: ignore[union-attr]
@@ -152,12 +169,11 @@ class _FormReceiver:
                                             "message": "control characters are not allowed"}])
             self.fields[self._part] = value
 
-    def cleanup(self) -> None:
+    def close(self) -> None:
         if self._fh is not None:
             with contextlib.suppress(OSError):
                 self._fh.close()
-        if self.file_path is not None:
-            self.file_path.unlink(missing_ok=True)
+            self._fh = None
 
 
 def _n_features(raw: str | None) -> int | None:
@@ -180,22 +196,12 @@ def _begin(tenant: Tenant, rx: _FormReceiver) -> ingest_process.IngestRequest:
         quotas.check_storage(session, tenant.id, incoming=rx.file_bytes)
         ds = datasets_service.begin_dataset(
             session, tenant, filename=rx.filename, fmt=fmt, name=rx.fields.get("name"),
-            sha256=rx.sha.hexdigest(), size_bytes=rx.file_bytes)
+            sha256=rx.sha.hexdigest(), size_bytes=rx.file_bytes,
+            dataset_id=rx.upload.dataset_id)
     return ingest_process.IngestRequest(
-        dataset_id=ds.id, upload=str(rx.file_path), fmt=fmt,
+        dataset_id=ds.id, tenant_id=tenant.id, fmt=fmt,
         label_column=rx.fields.get("label_column") or "label", n_features=n_features,
         sha256=rx.sha.hexdigest())
-
-
-def _start(req: ingest_process.IngestRequest, slot: ingest_process.ParseSlot) -> Future[None]:
-    """Start the child (waits for the forkserver the first time); if it cannot start, the
-    row is failed and the upload removed."""
-    try:
-        return ingest_process.start(req, slot)
-    except Exception:
-        datasets_service.mark_failed(req.dataset_id, ingest_process.limit_problem(1).body())
-        Path(req.upload).unlink(missing_ok=True)
-        raise
 
 
 def _settle(dataset_id: str) -> dict[str, Any]:
@@ -205,6 +211,30 @@ def _settle(dataset_id: str) -> dict[str, Any]:
             raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
                                type="not-found")
         return datasets_service.dataset_out(ds)
+
+
+async def _receive(request: Request, rx: _FormReceiver, boundary: bytes) -> None:
+    """The whole multipart body, the file part on disk."""
+    parser = MultipartParser(boundary, rx.callbacks())
+    try:
+        async for chunk in request.stream():
+            parser.write(chunk)
+        parser.finalize()
+    except ClientDisconnect as exc:
+        raise ProblemError(400, "Upload interrupted", detail="the client disconnected",
+                           type="upload-interrupted") from exc
+    except ProblemError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - malformed multipart framing
+        raise ProblemError(400, "Malformed multipart body", detail=type(exc).__name__,
+                           type="malformed-multipart") from exc
+    finally:
+        rx.close()
+    if rx.file_path is None:
+        raise ProblemError(422, "Request validation failed", detail="the 'file' part is "
+                           "missing", type="validation-error",
+                           errors=[{"location": ["body", "file"], "field": "file",
+                                    "message": "Field required"}])
 
 
 @router.post("/datasets", status_code=201, response_model=DatasetOut,
@@ -219,10 +249,11 @@ async def upload_dataset(request: Request, response: Response,
                              description="seconds to wait for the parse (default "
                                          "SODM_INGEST_WAIT_SECONDS)"),
                          tenant: Tenant = Depends(current_tenant)) -> dict[str, Any]:
-    """Upload a dataset (multipart ``file``, ``format``, ``name``, ``label_column``). The
-    parse runs in a child process; within ``wait`` seconds the answer is 201 with the stored
-    dataset (or the refusal's 4xx, nothing kept), later 202 with ``state: parsing``. Both
-    carry the dataset's ``Location``."""
+    """Upload a dataset (multipart ``file``, ``format``, ``name``, ``label_column``). Once
+    the body is stored the parse waits for a fair slot and runs in a child process; within
+    ``wait`` seconds the answer is 201 with the stored dataset (or the refusal's 4xx,
+    nothing kept), later 202 with ``state: parsing``. Both carry the dataset's
+    ``Location``."""
     settings = get_settings()
     limit = settings.max_upload_bytes
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
@@ -235,33 +266,17 @@ async def upload_dataset(request: Request, response: Response,
     if declared > limit + FORM_OVERHEAD_BYTES:
         DATASET_UPLOADS.labels("too_large").inc()
         raise _too_large(limit)
-    await run_in_threadpool(quotas.check_storage_now, tenant.id, declared)
-    rx = _FormReceiver(limit)
-    slot = ingest_process.ParseSlot.take()
-    started = False
+    ingest_queue.check_room(tenant.id)
+    headroom = await run_in_threadpool(quotas.storage_headroom, tenant.id,
+                                       max(0, declared - FORM_OVERHEAD_BYTES))
+    upload = await run_in_threadpool(UploadDir.create, new_id())
+    rx = _FormReceiver(limit, upload, tenant.id, headroom)
+    handed = False
     try:
-        parser = MultipartParser(params[b"boundary"], rx.callbacks())
-        try:
-            async for chunk in request.stream():
-                parser.write(chunk)
-            parser.finalize()
-        except ClientDisconnect as exc:
-            raise ProblemError(400, "Upload interrupted", detail="the client disconnected",
-                               type="upload-interrupted") from exc
-        except ProblemError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - malformed multipart framing
-            raise ProblemError(400, "Malformed multipart body", detail=type(exc).__name__,
-                               type="malformed-multipart") from exc
-        if rx.file_path is None:
-            raise ProblemError(422, "Request validation failed", detail="the 'file' part is "
-                               "missing", type="validation-error",
-                               errors=[{"location": ["body", "file"], "field": "file",
-                                        "message": "Field required"}])
+        await _receive(request, rx, params[b"boundary"])
         req = await run_in_threadpool(_begin, tenant, rx)
-        rx.file_path = None  # the child owns the upload file now
-        done = await run_in_threadpool(_start, req, slot)
-        started = True
+        done = ingest_queue.submit(req)  # the queue, then the child, own the upload now
+        handed = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)),
                                    settings.ingest_wait_seconds if wait is None else wait)
@@ -270,9 +285,8 @@ async def upload_dataset(request: Request, response: Response,
         DATASET_UPLOADS.labels("too_large" if exc.status == 413 else "rejected").inc()
         raise
     finally:
-        rx.cleanup()
-        if not started:
-            slot.release()
+        if not handed:
+            await run_in_threadpool(upload.remove)
     DATASET_UPLOADS.labels("stored" if out["state"] == "ready" else "parsing").inc()
     response.headers["Location"] = f"/datasets/{out['id']}"
     if out["state"] != "ready":

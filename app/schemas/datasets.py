@@ -17,6 +17,10 @@ class DatasetOut(BaseModel):
     classes: dict[str, int] = Field(description="original label -> row count")
     layout: str = Field(description="stored layout: dense | sparse")
     size_bytes: int = Field(description="bytes uploaded (before decompression)")
+    stored_bytes: int = Field(
+        default=0, description="bytes it holds on disk, what the storage quota counts: while "
+                               "parsing, the upload and its decompressed copy; once ready, "
+                               "the stored files")
     sha256: str = Field(description="SHA-256 of the uploaded bytes")
     state: Literal["parsing", "ready", "failed"] = Field(
         description="parsing (rows, features and classes not known yet), ready (usable), "

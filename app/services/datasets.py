@@ -1,12 +1,17 @@
 """Datasets: the row's life (parsing -> ready | failed), the stored files; list, read, delete.
 
-``begin_dataset`` inserts the row in state ``parsing`` (the API process, before the parse);
-``parse_and_store`` runs in the ingest child (``app.services.ingest_process``): decompress,
-parse and validate, check the caps, write the contract files into a temp directory renamed
-to ``datasets/{id}``, then move the row to ``ready`` -- only if it is still ``parsing`` and
+``begin_dataset`` inserts the row in state ``parsing``, owned by the API process that
+received the upload (``ingest_owner``, ``heartbeat_at``); ``claim_parse`` gives it a parse
+slot (``parse_started_at``) unless its tenant already has ``SODM_INGEST_TENANT_PARSES``
+parses running in the whole service; the parsing child then takes it over (``take_over``,
+``heartbeat``). ``parse_and_store`` runs in that child (``app.services.ingest_process``):
+decompress (charged to the tenant's storage quota as it is written), parse and validate,
+check the caps, write the contract files into the upload's directory and rename them to
+``datasets/{id}``, then move the row to ``ready`` -- only if it is still ``parsing`` and
 not deleted, else the files are removed again. A refusal moves it to ``failed`` with its
-problem (``mark_failed``); a row left ``parsing`` past the ingest time limit (its child and
-API process gone) is failed when read (``expire_stale``, on the database's clock).
+problem (``mark_failed``). A row whose owner is gone (``fail_stuck``: the owner process is
+dead on this machine, or, where that cannot be told, its heartbeat is older than
+``STALE_SECONDS``) is failed ``ingest-interrupted`` by the sweep and when read.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +32,24 @@ from app.config import get_settings
 from app.db import session_scope
 from app.models import ACTIVE_STATES, Dataset, DatasetState, Job, Tenant, new_id, utcnow
 from app.problems import ProblemError
-from app.services import ingest, storage
+from app.services import ingest, process_owner, quotas, storage
 from app.services.cursors import as_utc, page, split_page
+from app.services.upload_dirs import UploadDir
 
 log = logging.getLogger(__name__)
 
-# a row may stay parsing this long past the ingest time limit before it counts as abandoned
-STALE_GRACE_SECONDS = 60
+# a row whose owner cannot be checked from here is abandoned once its heartbeat (every
+# 10 s, app.services.ingest_process / ingest_queue) is this old
+STALE_SECONDS = 40.0
+
+
+class Claim(Enum):
+    """What ``claim_parse`` found: the parse may start, the tenant has its share of
+    parses running, or the row is no longer waiting (deleted, failed)."""
+
+    STARTED = "started"
+    TENANT_BUSY = "tenant-busy"
+    GONE = "gone"
 
 
 def default_name(filename: str | None) -> str:
@@ -43,38 +61,109 @@ def default_name(filename: str | None) -> str:
     return base or "dataset"
 
 
+def _db_now(session: Session) -> Any:
+    """The database's clock (Postgres ``now()``); SQLite, one machine: this process's."""
+    return func.now() if session.get_bind().dialect.name == "postgresql" else utcnow()
+
+
 def begin_dataset(session: Session, tenant: Tenant, *, filename: str | None, fmt: str,
-                  name: str | None, sha256: str, size_bytes: int) -> Dataset:
-    """Insert and commit the row of an upload about to be parsed (state ``parsing``)."""
-    dataset_id = new_id()
+                  name: str | None, sha256: str, size_bytes: int,
+                  dataset_id: str | None = None) -> Dataset:
+    """Insert and commit the row of an upload about to be parsed (state ``parsing``, owned
+    by this process, charged its ``size_bytes``)."""
+    dataset_id = dataset_id or new_id()
     row = Dataset(id=dataset_id, tenant_id=tenant.id,
                   name=(name or "").strip()[:255] or default_name(filename), format=fmt,
                   n_rows=0, n_features=0, classes={}, sparse=False,
                   storage_path=storage.dataset_relpath(dataset_id), size_bytes=size_bytes,
-                  sha256=sha256, state=DatasetState.PARSING)
+                  stored_bytes=size_bytes, sha256=sha256, state=DatasetState.PARSING,
+                  ingest_owner=process_owner.me().token, heartbeat_at=_db_now(session))
     session.add(row)
     session.commit()
     return row
 
 
-def parse_and_store(dataset_id: str, upload: Path, *, fmt: str, label_column: str,
-                    n_features: int | None = None, sha256: str = "") -> None:
+def _waiting(dataset_id: str) -> Any:
+    return (Dataset.id == dataset_id) & (Dataset.state == DatasetState.PARSING) & (
+        Dataset.deleted_at.is_(None))
+
+
+def claim_parse(dataset_id: str, tenant_id: str) -> Claim:
+    """Give the row a parse slot unless its tenant has ``SODM_INGEST_TENANT_PARSES``
+    parses running in any API process (counted under the tenant's row lock, so concurrent
+    claims see one another; a dead owner's rows are failed first)."""
+    cap = get_settings().ingest_tenant_parses
+    with session_scope() as s:
+        s.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
+        fail_stuck(s, tenant_id)
+        running = s.scalar(select(func.count()).select_from(Dataset).where(
+            Dataset.tenant_id == tenant_id, Dataset.state == DatasetState.PARSING,
+            Dataset.deleted_at.is_(None), Dataset.parse_started_at.is_not(None))) or 0
+        if running >= cap:
+            waiting = s.scalar(select(func.count()).select_from(Dataset).where(
+                _waiting(dataset_id)))
+            return Claim.TENANT_BUSY if waiting else Claim.GONE
+        now = _db_now(s)
+        hit = s.execute(update(Dataset).where(_waiting(dataset_id),
+                                              Dataset.parse_started_at.is_(None))
+                        .values(parse_started_at=now, heartbeat_at=now)).rowcount
+    return Claim.STARTED if hit else Claim.GONE
+
+
+def take_over(dataset_id: str) -> bool:
+    """The parsing child becomes the row's owner; False when the row is no longer
+    waiting for it."""
+    with session_scope() as s:
+        return bool(s.execute(update(Dataset).where(_waiting(dataset_id)).values(
+            ingest_owner=process_owner.me().token, heartbeat_at=_db_now(s))).rowcount)
+
+
+def heartbeat(dataset_id: str) -> bool:
+    """Refresh the row's heartbeat; False when it is no longer parsing (deleted, failed)."""
+    with session_scope() as s:
+        return bool(s.execute(update(Dataset).where(_waiting(dataset_id))
+                              .values(heartbeat_at=_db_now(s))).rowcount)
+
+
+def heartbeat_owned(dataset_ids: list[str]) -> None:
+    """Refresh the rows of uploads this process holds while they wait for a slot."""
+    if not dataset_ids:
+        return
+    with session_scope() as s:
+        s.execute(update(Dataset).where(Dataset.id.in_(dataset_ids),
+                                        Dataset.state == DatasetState.PARSING)
+                  .values(heartbeat_at=_db_now(s)))
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def parse_and_store(dataset_id: str, upload: UploadDir, *, tenant_id: str, fmt: str,
+                    label_column: str, n_features: int | None = None, sha256: str = "",
+                    on_bytes: Callable[[int], None] = lambda n: None) -> None:
     """Parse ``upload`` and store it as dataset ``dataset_id``, moving its row to ready;
-    raises ``ProblemError`` when the upload is refused (the caller records it)."""
+    raises ``ProblemError`` when the upload is refused (the caller records it).
+    ``on_bytes(n)``: the parse reads ``n`` bytes (the upload, then what it decompresses to
+    as it grows): the child's budget follows it. The bytes on disk are charged to the
+    tenant's storage quota as they are written (``quotas.StorageCharge``)."""
     settings = get_settings()
-    compression = ingest.detect_compression(upload)
-    source = upload
-    expanded: Path | None = None
-    try:
-        if compression:
-            expanded = storage.ingest_tmp_path(dataset_id)
-            with storage.storage_errors():
-                ingest.decompress(upload, compression, expanded, settings.max_decompressed_bytes)
-            source = expanded
-        parsed = ingest.parse_file(source, fmt, label_column, n_features)
-    finally:
-        if expanded is not None:
-            expanded.unlink(missing_ok=True)
+    body = upload.body.stat().st_size
+    charge = quotas.StorageCharge(dataset_id, tenant_id, charged=body)
+    compression = ingest.detect_compression(upload.body)
+    source = upload.body
+    if compression:
+        def grew(expanded: int) -> None:
+            on_bytes(expanded)
+            charge.update(body + expanded)
+
+        with storage.storage_errors():
+            ingest.decompress(upload.body, compression, upload.expanded,
+                              settings.max_decompressed_bytes, progress=grew)
+        source = upload.expanded
+    parsed = ingest.parse_file(source, fmt, label_column, n_features)
+    upload.body.unlink(missing_ok=True)
+    upload.expanded.unlink(missing_ok=True)
     classes = ingest.class_counts(parsed.y)
     ingest.check_caps(parsed, classes, fmt)
     final = storage.dataset_dir(dataset_id)
@@ -82,17 +171,17 @@ def parse_and_store(dataset_id: str, upload: Path, *, fmt: str, label_column: st
                              "sha256": sha256, "label_column": label_column}
     if parsed.feature_names is not None:
         extra["feature_names"] = parsed.feature_names
-    with storage.storage_errors(), storage.atomic_dir(final) as work:
+    with storage.storage_errors(), storage.atomic_dir(final, scratch=upload.path) as work:
         meta = storage.write_dataset_files(work, parsed.X, parsed.y, extra)
+        stored = dir_bytes(work)
+        charge.update(stored, force=True)  # 507 before the files are put in place
     try:
         with session_scope() as s:
             done = s.execute(
-                update(Dataset)
-                .where(Dataset.id == dataset_id, Dataset.state == DatasetState.PARSING,
-                       Dataset.deleted_at.is_(None))
+                update(Dataset).where(_waiting(dataset_id))
                 .values(state=DatasetState.READY, n_rows=int(parsed.X.shape[0]),
                         n_features=int(parsed.X.shape[1]), classes=classes,
-                        sparse=meta["layout"] == "sparse")).rowcount
+                        sparse=meta["layout"] == "sparse", stored_bytes=stored)).rowcount
     except BaseException:
         storage.remove_dataset_files(dataset_id)
         raise
@@ -100,37 +189,61 @@ def parse_and_store(dataset_id: str, upload: Path, *, fmt: str, label_column: st
         storage.remove_dataset_files(dataset_id)
         log.info("dataset %s parsed but no longer wanted: files removed", dataset_id)
         return
-    log.info("dataset %s stored: %d x %d (%s, %s)", dataset_id, parsed.X.shape[0],
-             parsed.X.shape[1], fmt, meta["layout"])
+    log.info("dataset %s stored: %d x %d (%s, %s, %d bytes)", dataset_id, parsed.X.shape[0],
+             parsed.X.shape[1], fmt, meta["layout"], stored)
 
 
 def mark_failed(dataset_id: str, problem: dict[str, Any]) -> bool:
-    """Move a parsing row to failed with its problem body; False when it was not parsing."""
+    """Move a parsing row to failed with its problem body (it holds no bytes any more);
+    False when it was not parsing."""
     with session_scope() as s:
         return bool(s.execute(
             update(Dataset).where(Dataset.id == dataset_id,
                                   Dataset.state == DatasetState.PARSING)
-            .values(state=DatasetState.FAILED, problem=problem)).rowcount)
+            .values(state=DatasetState.FAILED, problem=problem, stored_bytes=0)).rowcount)
 
 
 def abandoned_problem() -> dict[str, Any]:
-    limit = get_settings().ingest_time_limit_seconds
     return ProblemError(503, "Parse interrupted",
                         detail="the process parsing this upload stopped before it finished "
-                               "(a restart of the service); upload it again",
-                        type="ingest-interrupted", limit_seconds=limit).body()
+                               "(a restart or crash of the service); upload it again",
+                        type="ingest-interrupted").body()
 
 
-def expire_stale(session: Session, tenant: Tenant) -> None:
-    """Fail this tenant's rows left parsing past the ingest time limit (database clock)."""
-    age = timedelta(seconds=get_settings().ingest_time_limit_seconds + STALE_GRACE_SECONDS)
-    res = session.execute(
-        update(Dataset).where(Dataset.tenant_id == tenant.id,
-                              Dataset.state == DatasetState.PARSING,
-                              Dataset.created_at < func.now() - age)
-        .values(state=DatasetState.FAILED, problem=abandoned_problem()))
-    if res.rowcount:
-        session.commit()
+def _aware(ts: datetime | None) -> datetime | None:
+    """SQLite hands back naive UTC timestamps."""
+    return ts if ts is None or ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def fail_stuck(session: Session, tenant_id: str | None = None) -> list[str]:
+    """Fail (``ingest-interrupted``) the parsing rows (of one tenant, or all) whose owner
+    is gone: dead on this machine, or unknown here and unheard of for ``STALE_SECONDS``
+    (database clock). The caller commits; returns their ids."""
+    stmt = select(Dataset.id, Dataset.ingest_owner, Dataset.heartbeat_at).where(
+        Dataset.state == DatasetState.PARSING, Dataset.deleted_at.is_(None))
+    if tenant_id is not None:
+        stmt = stmt.where(Dataset.tenant_id == tenant_id)
+    rows = session.execute(stmt).all()
+    if not rows:
+        return []
+    now = _aware(session.scalar(select(func.now()))) if session.get_bind().dialect.name == (
+        "postgresql") else utcnow()
+    stale_before = now - timedelta(seconds=STALE_SECONDS)
+    failed = []
+    for dataset_id, owner, beat in rows:
+        alive = process_owner.alive(owner)
+        if alive is True or (alive is None and beat is not None
+                             and _aware(beat) >= stale_before):
+            continue
+        hit = session.execute(update(Dataset).where(
+            Dataset.id == dataset_id, Dataset.state == DatasetState.PARSING,
+            Dataset.ingest_owner.is_not_distinct_from(owner))
+            .values(state=DatasetState.FAILED, problem=abandoned_problem(), stored_bytes=0))
+        if hit.rowcount:
+            failed.append(dataset_id)
+    if failed:
+        log.warning("parses abandoned by their owner, failed: %s", failed[:20])
+    return failed
 
 
 def settle(session: Session, dataset_id: str) -> Dataset | None:
@@ -150,7 +263,8 @@ def settle(session: Session, dataset_id: str) -> Dataset | None:
 
 def get_dataset(session: Session, tenant: Tenant, dataset_id: str) -> Dataset:
     """A live dataset of this tenant; anything else (other tenant, deleted) is a 404."""
-    expire_stale(session, tenant)
+    if fail_stuck(session, tenant.id):
+        session.commit()
     ds = session.get(Dataset, dataset_id)
     if ds is None or ds.tenant_id != tenant.id or ds.deleted_at is not None:
         raise ProblemError(404, "Dataset not found", detail=f"no dataset {dataset_id!r}",
@@ -160,7 +274,8 @@ def get_dataset(session: Session, tenant: Tenant, dataset_id: str) -> Dataset:
 
 def list_datasets(session: Session, tenant: Tenant, cursor: str | None,
                   limit: int) -> tuple[list[Dataset], str | None]:
-    expire_stale(session, tenant)
+    if fail_stuck(session, tenant.id):
+        session.commit()
     stmt = select(Dataset).where(Dataset.tenant_id == tenant.id, Dataset.deleted_at.is_(None))
     rows = list(session.scalars(page(stmt, Dataset, cursor, limit)).all())
     return split_page(rows, limit)
@@ -178,14 +293,22 @@ def delete_dataset(session: Session, tenant: Tenant, dataset_id: str) -> None:
                            type="dataset-in-use", job_id=active)
     ds.deleted_at = utcnow()
     session.commit()
+    remove_files(ds.id)
+
+
+def remove_files(dataset_id: str) -> None:
+    """A dataset's stored files and its upload's directory (a parse still running notices
+    at its next heartbeat and stops)."""
     with contextlib.suppress(OSError):
-        storage.remove_dataset_files(ds.id)
+        storage.remove_dataset_files(dataset_id)
+    UploadDir(dataset_id).remove()
 
 
 def dataset_out(ds: Dataset) -> dict[str, Any]:
     return {"id": ds.id, "name": ds.name, "format": ds.format, "n_rows": ds.n_rows,
             "n_features": ds.n_features, "classes": ds.classes,
             "layout": "sparse" if ds.sparse else "dense", "size_bytes": ds.size_bytes,
+            "stored_bytes": ds.stored_bytes,
             "sha256": ds.sha256, "state": ds.state, "problem": ds.problem,
             "created_at": as_utc(ds.created_at)}
 

@@ -1,17 +1,22 @@
-"""Parsing outside the API process: one child process per upload, under kernel limits.
+"""Parsing outside the API process: one child process per upload, under kernel limits that
+scale with the upload.
 
 A child forks from a forkserver that imported the parsers once (it starts in milliseconds,
-not the seconds numpy, pyarrow and scikit-learn take to import), lowers its priority and
-sets its own limits before it reads a byte: ``RLIMIT_CPU`` (SIGXCPU, then SIGKILL),
-``RLIMIT_AS`` (address space on top of the loaded modules: an allocation past it is a
-``MemoryError``) and an ``alarm`` for wall-clock time. The child parses, stores and moves
-the row to ready or failed itself (``app.services.datasets``), so an API process that dies
-meanwhile loses nothing. The API's watcher thread records a child the kernel killed, and
-resolves the future the upload request waits on.
+not the seconds numpy, pyarrow and scikit-learn take to import), takes over the dataset's
+row (its owner token, a heartbeat every ``HEARTBEAT_SECONDS``), lowers its priority and
+sets its own limits before it reads a byte: ``RLIMIT_AS`` (address space on top of the
+loaded modules: an allocation past it is a ``MemoryError``), and a CPU-time and a
+wall-clock budget that grow with the bytes it parses (``ParseLimits.for_bytes``: the
+upload, then what it decompresses to, as it is written) up to ``SODM_INGEST_CPU_SECONDS``
+and ``SODM_INGEST_TIME_LIMIT_SECONDS``: a 30 MB file cannot buy ten CPU minutes. Past its
+CPU budget the kernel sends SIGXCPU (SIGKILL at the ceiling), past its wall budget SIGALRM.
 
-An API process runs at most ``SODM_INGEST_CONCURRENCY`` parses at once (each may use up to
-``SODM_INGEST_MEMORY_BYTES``): an upload takes a ``ParseSlot`` before its body is read and
-gets a 429 ``ingest-busy`` problem with ``Retry-After`` when none is free.
+The child parses, stores and moves the row to ready or failed itself
+(``app.services.datasets``), so an API process that dies meanwhile loses nothing; when its
+heartbeat finds the row deleted (``DELETE /datasets/{id}``) or failed by the sweep, it
+removes its files and exits. The API's watcher thread records a child the kernel killed
+(naming the budget it ran out of), removes the upload's directory and calls back the
+queue that started it (``app.services.ingest_queue``).
 """
 
 from __future__ import annotations
@@ -22,71 +27,69 @@ import os
 import resource
 import signal
 import threading
-from concurrent.futures import Future
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
-from pathlib import Path
-from typing import Any
 
 from app.config import get_settings
 from app.problems import ProblemError
 from app.services import datasets, storage
+from app.services.upload_dirs import UploadDir
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _ctx: ForkServerContext | None = None
-_slots: threading.BoundedSemaphore | None = None
-BUSY_RETRY_AFTER_SECONDS = 5
 NICE = 5  # the child yields the cores to the API's requests
-KILL_GRACE_SECONDS = 30  # past the wall-clock limit, the watcher kills a child that lives on
+KILL_GRACE_SECONDS = 30  # past the wall-clock ceiling, the watcher kills a child that lives on
+HEARTBEAT_SECONDS = 10.0  # the child refreshes its row this often (app.services.datasets)
+WALL_PER_CPU = 3  # a niced child on a busy machine gets a third of a core, at worst
+MB = 1 << 20
 
 
 @dataclass(frozen=True)
 class IngestRequest:
-    """What the child needs: the row to finish, the upload on disk and the form's options."""
+    """What the child needs: the row to finish (its upload lies in the row's
+    ``UploadDir``), its tenant (the storage quota) and the form's options."""
 
     dataset_id: str
-    upload: str
+    tenant_id: str
     fmt: str
     label_column: str
     n_features: int | None
     sha256: str
 
 
-class ParseSlot:
-    """One of this process's parse slots, held from before the upload's body is read until
-    its child exits (the watcher releases it) or the request fails before the child starts."""
+@dataclass(frozen=True)
+class ParseLimits:
+    """The CPU-time and wall-clock budget of a parse of ``nbytes`` bytes."""
 
-    def __init__(self) -> None:
-        self._held = True
+    nbytes: int
+    cpu_seconds: int
+    wall_seconds: int
 
     @classmethod
-    def take(cls) -> ParseSlot:
-        """A free slot, or a 429 ``ingest-busy`` problem."""
-        if not _parse_slots().acquire(blocking=False):
-            n = get_settings().ingest_concurrency
-            raise ProblemError(429, "Too many uploads being parsed",
-                               detail=f"this API process is parsing {n} uploads, its limit "
-                                      "(SODM_INGEST_CONCURRENCY); retry shortly",
-                               type="ingest-busy", limit=n,
-                               headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)})
-        return cls()
+    def for_bytes(cls, nbytes: int) -> ParseLimits:
+        """``SODM_INGEST_CPU_FLOOR_SECONDS`` + ``SODM_INGEST_CPU_SECONDS_PER_MB`` per MB, at
+        most ``SODM_INGEST_CPU_SECONDS``; wall clock ``WALL_PER_CPU`` times that, at most
+        ``SODM_INGEST_TIME_LIMIT_SECONDS``."""
+        s = get_settings()
+        cpu = min(float(s.ingest_cpu_seconds),
+                  s.ingest_cpu_floor_seconds + s.ingest_cpu_seconds_per_mb * nbytes / MB)
+        wall = min(float(s.ingest_time_limit_seconds), WALL_PER_CPU * cpu)
+        return cls(nbytes, max(1, int(cpu)), max(1, int(wall)))
 
-    def release(self) -> None:
-        """Give the slot back (once; later calls do nothing)."""
-        with _lock:
-            held, self._held = self._held, False
-        if held:
-            _parse_slots().release()
+    def as_dict(self) -> dict[str, float]:
+        return {"nbytes": self.nbytes, "cpu_seconds": self.cpu_seconds,
+                "wall_seconds": self.wall_seconds}
 
-
-def _parse_slots() -> threading.BoundedSemaphore:
-    global _slots
-    with _lock:
-        if _slots is None:
-            _slots = threading.BoundedSemaphore(get_settings().ingest_concurrency)
-        return _slots
+    @classmethod
+    def from_dict(cls, raw: dict[str, float]) -> ParseLimits | None:
+        try:
+            return cls(int(raw["nbytes"]), int(raw["cpu_seconds"]), int(raw["wall_seconds"]))
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 def _context() -> ForkServerContext:
@@ -108,32 +111,37 @@ def warm() -> None:
     forkserver.ensure_running()
 
 
-def start(req: IngestRequest, slot: ParseSlot) -> Future[None]:
-    """Start the child for ``req`` (it owns the upload file from now on, the watcher the
-    slot); the future resolves once the child has exited and its outcome is on the row."""
-    done: Future[None] = Future()
+def start(req: IngestRequest, on_exit: Callable[[], None]) -> None:
+    """Start the child for ``req`` (it owns the upload's directory from now on) and the
+    watcher that calls ``on_exit`` once the child has exited and its outcome is on the
+    row."""
     proc = _context().Process(target=_child_main, args=(req, dict(os.environ)),
                               name=f"sodm-ingest-{req.dataset_id}", daemon=True)
     proc.start()
-    threading.Thread(target=_watch, args=(proc, req, done, slot), daemon=True,
+    threading.Thread(target=_watch, args=(proc, req, on_exit), daemon=True,
                      name=f"sodm-ingest-watch-{req.dataset_id}").start()
-    return done
 
 
-def limit_problem(exitcode: int | None) -> ProblemError:
-    """The problem of a child that did not exit by itself (killed by a limit or a crash)."""
+def limit_problem(exitcode: int | None, limits: ParseLimits | None = None) -> ProblemError:
+    """The problem of a child that did not exit by itself (killed by a limit or a crash),
+    naming the budget it had (``limits``; the ceilings when unknown)."""
     s = get_settings()
+    cpu = limits.cpu_seconds if limits else s.ingest_cpu_seconds
+    wall = limits.wall_seconds if limits else s.ingest_time_limit_seconds
+    size = {"upload_bytes": limits.nbytes} if limits else {}
     if exitcode in (-signal.SIGXCPU, -signal.SIGKILL):
         return ProblemError(413, "Ingest limit exceeded",
-                            detail=f"parsing the upload used more than {s.ingest_cpu_seconds} "
-                                   "CPU seconds (SODM_INGEST_CPU_SECONDS)",
-                            type="ingest-cpu-limit", limit_seconds=s.ingest_cpu_seconds)
+                            detail=f"parsing the upload used more than its {cpu} CPU seconds "
+                                   "(SODM_INGEST_CPU_FLOOR_SECONDS + "
+                                   "SODM_INGEST_CPU_SECONDS_PER_MB per MB, at most "
+                                   "SODM_INGEST_CPU_SECONDS)",
+                            type="ingest-cpu-limit", limit_seconds=cpu, **size)
     if exitcode in (-signal.SIGALRM, None):
         return ProblemError(413, "Ingest limit exceeded",
-                            detail="parsing the upload took longer than "
-                                   f"{s.ingest_time_limit_seconds} s "
-                                   "(SODM_INGEST_TIME_LIMIT_SECONDS)",
-                            type="ingest-time-limit", limit_seconds=s.ingest_time_limit_seconds)
+                            detail=f"parsing the upload took longer than its {wall} s (three "
+                                   "times its CPU budget, at most "
+                                   "SODM_INGEST_TIME_LIMIT_SECONDS)",
+                            type="ingest-time-limit", limit_seconds=wall, **size)
     return ProblemError(500, "Ingest failed",
                         detail="the parse ended abnormally; it was logged",
                         type="ingest-crashed")
@@ -148,7 +156,8 @@ def memory_problem() -> ProblemError:
 
 
 def _watch(proc: multiprocessing.process.BaseProcess, req: IngestRequest,
-           done: Future[None], slot: ParseSlot) -> None:
+           on_exit: Callable[[], None]) -> None:
+    upload = UploadDir(req.dataset_id)
     try:
         proc.join(get_settings().ingest_time_limit_seconds + KILL_GRACE_SECONDS)
         if proc.exitcode is None:
@@ -158,33 +167,69 @@ def _watch(proc: multiprocessing.process.BaseProcess, req: IngestRequest,
         else:
             exitcode = proc.exitcode
         if exitcode != 0:
-            problem = limit_problem(exitcode)
+            problem = limit_problem(exitcode, ParseLimits.from_dict(upload.read_limits()))
             recorded = datasets.mark_failed(req.dataset_id, problem.body())
+            if recorded:
+                storage.remove_dataset_files(req.dataset_id)  # renamed into place, not ready
             log.warning("ingest of dataset %s ended with exit code %s (%s)", req.dataset_id,
                         exitcode, problem.type if recorded else "row no longer parsing")
     except Exception:  # noqa: BLE001 - the waiting request must be released
         log.exception("watching the ingest of dataset %s failed", req.dataset_id)
     finally:
-        Path(req.upload).unlink(missing_ok=True)
-        storage.ingest_tmp_path(req.dataset_id).unlink(missing_ok=True)  # if it was killed
-        slot.release()
-        done.set_result(None)
+        upload.remove()  # the child's own clean-up did not run when it was killed
+        on_exit()
 
 
-def _limit_self() -> None:
-    s = get_settings()
-    cpu = s.ingest_cpu_seconds
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+class _Budget:
+    """The child's CPU and wall-clock budget, raised as the bytes to parse grow (the soft
+    ``RLIMIT_CPU`` may rise up to the hard one, the ceiling; the alarm is re-armed)."""
+
+    def __init__(self, upload: UploadDir) -> None:
+        self.upload = upload
+        self.started = time.monotonic()
+        self.current: ParseLimits | None = None
+        ceiling = get_settings().ingest_cpu_seconds
+        resource.setrlimit(resource.RLIMIT_CPU, (ceiling, ceiling + 5))
+
+    def grow(self, nbytes: int) -> None:
+        limits = ParseLimits.for_bytes(nbytes)
+        if self.current is not None and (limits.cpu_seconds, limits.wall_seconds) == (
+                self.current.cpu_seconds, self.current.wall_seconds):
+            return
+        self.current = limits
+        self.upload.write_limits(limits.as_dict())  # first: the watcher reads it
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        resource.setrlimit(resource.RLIMIT_CPU, (min(limits.cpu_seconds, hard), hard))
+        left = limits.wall_seconds - (time.monotonic() - self.started)
+        signal.alarm(max(1, int(left)))
+
+
+def _limit_memory() -> None:
     with open("/proc/self/statm") as fh:  # address space already mapped (loaded modules)
         mapped = int(fh.read().split()[0]) * resource.getpagesize()
-    cap = mapped + s.ingest_memory_bytes
+    cap = mapped + get_settings().ingest_memory_bytes
     resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
-    signal.alarm(s.ingest_time_limit_seconds)
-    os.nice(NICE)
+
+
+def _heartbeat(req: IngestRequest, upload: UploadDir, stop: threading.Event) -> None:
+    """Refresh the row while the parse runs; when the row is no longer this parse's
+    (deleted, or failed by the sweep) remove what the parse wrote and exit at once."""
+    while not stop.wait(HEARTBEAT_SECONDS):
+        try:
+            mine = datasets.heartbeat(req.dataset_id)
+        except Exception:  # noqa: BLE001 - the database may be restarting; beat again later
+            log.warning("heartbeat of dataset %s failed", req.dataset_id, exc_info=True)
+            continue
+        if not mine:
+            log.info("dataset %s deleted or failed while parsed: parse stopped", req.dataset_id)
+            upload.remove()
+            storage.remove_dataset_files(req.dataset_id)
+            os._exit(0)
 
 
 def _child_main(req: IngestRequest, env: dict[str, str]) -> None:
-    """The child: the parent's environment (its settings), limits, parse, record."""
+    """The child: the parent's environment (its settings), the row taken over, limits,
+    parse, record."""
     os.environ.clear()
     os.environ.update(env)
     get_settings.cache_clear()
@@ -195,13 +240,24 @@ def _child_main(req: IngestRequest, env: dict[str, str]) -> None:
     get_sessionmaker.cache_clear()
     s = get_settings()
     configure(s.log_format, s.log_level)
-    problem: dict[str, Any] | None = None
+    upload = UploadDir(req.dataset_id)
+    problem: dict[str, object] | None = None
+    stop = threading.Event()
     with bound(dataset_id=req.dataset_id):
         try:
-            _limit_self()
-            datasets.parse_and_store(req.dataset_id, Path(req.upload), fmt=req.fmt,
-                                     label_column=req.label_column,
-                                     n_features=req.n_features, sha256=req.sha256)
+            upload.add_owner()
+            if not datasets.take_over(req.dataset_id):
+                return  # deleted while it waited for this child
+            threading.Thread(target=_heartbeat, args=(req, upload, stop), daemon=True,
+                             name="sodm-ingest-heartbeat").start()
+            budget = _Budget(upload)
+            budget.grow(upload.body.stat().st_size)
+            _limit_memory()
+            os.nice(NICE)
+            datasets.parse_and_store(req.dataset_id, upload, tenant_id=req.tenant_id,
+                                     fmt=req.fmt, label_column=req.label_column,
+                                     n_features=req.n_features, sha256=req.sha256,
+                                     on_bytes=budget.grow)
         except ProblemError as exc:
             problem = exc.body()
         except MemoryError:
@@ -210,7 +266,9 @@ def _child_main(req: IngestRequest, env: dict[str, str]) -> None:
             log.exception("ingest of dataset %s failed", req.dataset_id)
             problem = limit_problem(1).body()
         finally:
-            Path(req.upload).unlink(missing_ok=True)
+            stop.set()
+            signal.alarm(0)
+            upload.remove()
         if problem is not None:
             resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)
             datasets.mark_failed(req.dataset_id, problem)

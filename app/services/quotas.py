@@ -1,8 +1,11 @@
 """Per-tenant quotas: stored bytes (507), active jobs (429) and open event streams (429).
 
-* storage: the bytes of the tenant's live datasets (as uploaded) and model files, checked
-  before an upload (with its declared length) and before ``POST /train`` (a model will be
-  stored); ``SODM_QUOTA_STORAGE_MB``;
+* storage: the bytes the tenant's live datasets hold on disk (``Dataset.stored_bytes``: an
+  upload in flight counts its body, its decompressed copy and its output as they are
+  written, a stored dataset its files) and its model files; checked before an upload (with
+  its declared length), while its body arrives, while it is decompressed and stored
+  (``StorageCharge``), and before ``POST /train`` (a model will be stored);
+  ``SODM_QUOTA_STORAGE_MB``;
 * active jobs: QUEUED, RUNNING and CANCELLING jobs, checked before a new job is inserted;
   ``SODM_QUOTA_ACTIVE_JOBS``;
 * event streams: open ``/jobs/{id}/events`` responses in every API process, counted in a
@@ -22,7 +25,7 @@ import uuid
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
@@ -36,13 +39,25 @@ ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING)
 STREAM_TTL_SECONDS = 60.0
 
 
+# an upload in flight writes its bytes to its row (and checks the quota) this often
+CHARGE_STEP_BYTES = 16 * MB
+
+
 def stored_bytes(session: Session, tenant_id: str) -> int:
-    """Bytes of the tenant's live datasets and model files."""
-    data = session.scalar(select(func.coalesce(func.sum(Dataset.size_bytes), 0)).where(
+    """Bytes the tenant's live datasets hold on disk, and its model files."""
+    data = session.scalar(select(func.coalesce(func.sum(Dataset.stored_bytes), 0)).where(
         Dataset.tenant_id == tenant_id, Dataset.deleted_at.is_(None)))
     models = session.scalar(select(func.coalesce(func.sum(Model.file_bytes), 0)).where(
         Model.tenant_id == tenant_id, Model.deleted_at.is_(None)))
     return int(data or 0) + int(models or 0)
+
+
+def storage_problem(quota: int, used: int) -> ProblemError:
+    return ProblemError(507, "Storage quota exceeded",
+                        detail=f"this tenant stores {used:,} bytes of datasets and models; "
+                               f"its quota is {quota:,} bytes (SODM_QUOTA_STORAGE_MB): "
+                               "delete datasets or models first",
+                        type="storage-quota", quota_bytes=quota, used_bytes=used)
 
 
 def check_storage(session: Session, tenant_id: str, incoming: int = 0) -> None:
@@ -53,21 +68,50 @@ def check_storage(session: Session, tenant_id: str, incoming: int = 0) -> None:
         return
     quota, used = quota_mb * MB, stored_bytes(session, tenant_id)
     if used + max(0, incoming) > quota or used >= quota:
-        raise ProblemError(507, "Storage quota exceeded",
-                           detail=f"this tenant stores {used:,} bytes of datasets and models; "
-                                  f"its quota is {quota:,} bytes (SODM_QUOTA_STORAGE_MB): "
-                                  "delete datasets or models first",
-                           type="storage-quota", quota_bytes=quota, used_bytes=used)
+        raise storage_problem(quota, used)
 
 
-def check_storage_now(tenant_id: str, incoming: int = 0) -> None:
-    """``check_storage`` in a session of its own (before an upload is received)."""
+def storage_headroom(tenant_id: str, incoming: int = 0) -> int | None:
+    """``check_storage`` in a session of its own (before an upload is received); returns
+    the bytes the tenant may still store (None: no quota), which its body may not pass."""
     from app.db import get_read_sessionmaker
 
-    if get_settings().quota_storage_mb <= 0:
-        return
+    quota_mb = get_settings().quota_storage_mb
+    if quota_mb <= 0:
+        return None
     with get_read_sessionmaker()() as session:
         check_storage(session, tenant_id, incoming)
+        return quota_mb * MB - stored_bytes(session, tenant_id)
+
+
+class StorageCharge:
+    """The bytes an upload in flight holds on disk, written to its dataset row as they
+    grow (every ``CHARGE_STEP_BYTES``) and checked against the tenant's quota each time:
+    a decompression bomb stops within a step of the quota, and concurrent uploads of one
+    tenant see one another's bytes (each writes its own, then reads the sum)."""
+
+    def __init__(self, dataset_id: str, tenant_id: str, charged: int = 0) -> None:
+        self.dataset_id, self.tenant_id = dataset_id, tenant_id
+        self.charged = charged
+
+    def update(self, nbytes: int, *, force: bool = False) -> None:
+        """Charge ``nbytes`` in all; 507 ``storage-quota`` when the tenant is then over."""
+        if not force and abs(nbytes - self.charged) < CHARGE_STEP_BYTES:
+            return
+        from app.db import session_scope
+
+        grew = nbytes > self.charged
+        with session_scope() as session:
+            session.execute(update(Dataset).where(Dataset.id == self.dataset_id)
+                            .values(stored_bytes=nbytes))
+        self.charged = nbytes
+        quota_mb = get_settings().quota_storage_mb
+        if not grew or quota_mb <= 0:
+            return
+        with session_scope() as session:
+            used = stored_bytes(session, self.tenant_id)
+        if used > quota_mb * MB:
+            raise storage_problem(quota_mb * MB, used)
 
 
 def check_active_jobs(session: Session, tenant_id: str) -> None:

@@ -561,28 +561,49 @@ def test_training_on_a_parsing_dataset_is_409(api: httpx.Client, tenant: tuple[s
     assert api.delete(f"/datasets/{row.id}").status_code == 204
 
 
-def test_a_parse_abandoned_past_the_time_limit_is_failed(api: httpx.Client,
-                                                         tenant: tuple[str, str]) -> None:
-    """A row left parsing (its API process and child gone) past the ingest time limit is
-    failed when read, on the database's clock: ``ingest-interrupted``."""
+def test_a_parse_whose_owner_is_gone_is_failed(api: httpx.Client,
+                                               tenant: tuple[str, str]) -> None:
+    """A row left parsing is failed when read (``ingest-interrupted``) once its owner is
+    gone: at once when the owner was a process of this machine that no longer exists (or
+    whose pid now belongs to another process), else when its heartbeat is older than
+    ``STALE_SECONDS`` on the database's clock; a live owner keeps it parsing."""
     from sqlalchemy import text
 
-    from app.config import get_settings
     from app.models import Tenant
-    from app.services.datasets import STALE_GRACE_SECONDS, begin_dataset
+    from app.services import process_owner
+    from app.services.datasets import STALE_SECONDS, begin_dataset
 
-    with session_scope() as s:
-        row = begin_dataset(s, s.get(Tenant, tenant[0]), filename="p.libsvm", fmt="libsvm",
-                            name=None, sha256="", size_bytes=1)
-    age = get_settings().ingest_time_limit_seconds + STALE_GRACE_SECONDS
-    with session_scope() as s:
-        s.execute(text("update datasets set created_at = now() - make_interval(secs => :a) "
-                       "where id = :i"), {"a": age - 5, "i": row.id})
-    assert api.get(f"/datasets/{row.id}").json()["state"] == "parsing"
-    with session_scope() as s:
-        s.execute(text("update datasets set created_at = now() - make_interval(secs => :a) "
-                       "where id = :i"), {"a": age + 5, "i": row.id})
-    body = api.get(f"/datasets/{row.id}").json()
-    assert body["state"] == "failed", body
+    def row() -> str:
+        with session_scope() as s:
+            return begin_dataset(s, s.get(Tenant, tenant[0]), filename="p.libsvm",
+                                 fmt="libsvm", name=None, sha256="", size_bytes=1).id
+
+    def set_owner(dataset_id: str, owner: str, age: float) -> None:
+        with session_scope() as s:
+            s.execute(text("update datasets set ingest_owner = :o, heartbeat_at = now() - "
+                           "make_interval(secs => :a) where id = :i"),
+                      {"o": owner, "a": age, "i": dataset_id})
+
+    def state(dataset_id: str) -> dict:
+        return api.get(f"/datasets/{dataset_id}").json()
+
+    me = process_owner.me()
+    assert process_owner.alive(me.token) is True
+    live, foreign, recycled, vanished = row(), row(), row(), row()
+    set_owner(live, me.token, 10 * STALE_SECONDS)  # alive here: its heartbeat is moot
+    assert state(live)["state"] == "parsing"
+    other_host = f"{'f' * 32}.{me.pidns}.{me.pid}.{me.start}"
+    assert process_owner.alive(other_host) is None
+    set_owner(foreign, other_host, STALE_SECONDS - 10)
+    assert state(foreign)["state"] == "parsing"
+    set_owner(foreign, other_host, STALE_SECONDS + 5)
+    body = state(foreign)
+    assert body["state"] == "failed" and body["stored_bytes"] == 0, body
     assert body["problem"]["type"].endswith("/ingest-interrupted")
-    assert api.delete(f"/datasets/{row.id}").status_code == 204
+    # dead on this machine: failed at once, whatever the heartbeat says
+    set_owner(recycled, f"{me.boot}.{me.pidns}.{me.pid}.{int(me.start) + 1}", 0)
+    set_owner(vanished, f"{me.boot}.{me.pidns}.{2**31 - 1}.1", 0)
+    for dataset_id in (recycled, vanished):
+        assert state(dataset_id)["state"] == "failed"
+    for dataset_id in (live, foreign, recycled, vanished):
+        assert api.delete(f"/datasets/{dataset_id}").status_code == 204

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,12 @@ def detect_compression(path: Path) -> str | None:
     return None
 
 
-def decompress(src: Path, kind: str, dest: Path, max_bytes: int) -> int:
+def decompress(src: Path, kind: str, dest: Path, max_bytes: int,
+               progress: Callable[[int], None] | None = None) -> int:
     """Stream-decompress ``src`` into ``dest``, refusing (413) more than ``max_bytes`` of
     output (zip-bomb safe: output is counted chunk by chunk as it is produced); returns the
-    output size. Corrupt or truncated streams are a 422."""
+    output size. ``progress(written)`` after each chunk (it may raise to stop: the storage
+    quota). Corrupt or truncated streams are a 422."""
     opener: Any = gzip.open if kind == "gzip" else lzma.open
     written = 0
     try:
@@ -49,6 +52,8 @@ def decompress(src: Path, kind: str, dest: Path, max_bytes: int) -> int:
                         detail=f"the {kind} upload expands beyond {max_bytes} bytes",
                         type="upload-too-large", limit_bytes=max_bytes)
                 fout.write(chunk)
+                if progress is not None:
+                    progress(written)
     except (lzma.LZMAError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
         raise ProblemError(422, "Corrupt compressed upload",
                            detail=f"the {kind} stream cannot be decompressed ({exc})",
