@@ -100,7 +100,7 @@ class Settings(BaseSettings):
                                       alias="SODM_INGEST_TENANT_PARSES")
     # a parse's CPU budget scales with the bytes it parses (the upload, or what it expands
     # to): floor + per MB, at most ingest_cpu_seconds; its wall-clock budget is three times
-    # that, at most ingest_time_limit_seconds
+    # that plus 30 s, at most ingest_time_limit_seconds
     ingest_cpu_floor_seconds: float = Field(default=30.0, ge=1,
                                             alias="SODM_INGEST_CPU_FLOOR_SECONDS")
     ingest_cpu_seconds_per_mb: float = Field(default=1.0, ge=0,

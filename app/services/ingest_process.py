@@ -44,7 +44,10 @@ _ctx: ForkServerContext | None = None
 NICE = 5  # the child yields the cores to the API's requests
 KILL_GRACE_SECONDS = 30  # past the wall-clock ceiling, the watcher kills a child that lives on
 HEARTBEAT_SECONDS = 10.0  # the child refreshes its row this often (app.services.datasets)
-WALL_PER_CPU = 3  # a niced child on a busy machine gets a third of a core, at worst
+# wall clock: three times the CPU budget (a niced child on a busy machine gets a third of
+# a core, at worst) plus a slack (start-up, database round trips)
+WALL_PER_CPU = 3
+WALL_SLACK_SECONDS = 30
 MB = 1 << 20
 
 
@@ -72,12 +75,12 @@ class ParseLimits:
     @classmethod
     def for_bytes(cls, nbytes: int) -> ParseLimits:
         """``SODM_INGEST_CPU_FLOOR_SECONDS`` + ``SODM_INGEST_CPU_SECONDS_PER_MB`` per MB, at
-        most ``SODM_INGEST_CPU_SECONDS``; wall clock ``WALL_PER_CPU`` times that, at most
-        ``SODM_INGEST_TIME_LIMIT_SECONDS``."""
+        most ``SODM_INGEST_CPU_SECONDS``; wall clock ``WALL_PER_CPU`` times that plus
+        ``WALL_SLACK_SECONDS``, at most ``SODM_INGEST_TIME_LIMIT_SECONDS``."""
         s = get_settings()
         cpu = min(float(s.ingest_cpu_seconds),
                   s.ingest_cpu_floor_seconds + s.ingest_cpu_seconds_per_mb * nbytes / MB)
-        wall = min(float(s.ingest_time_limit_seconds), WALL_PER_CPU * cpu)
+        wall = min(float(s.ingest_time_limit_seconds), WALL_PER_CPU * cpu + WALL_SLACK_SECONDS)
         return cls(nbytes, max(1, int(cpu)), max(1, int(wall)))
 
     def as_dict(self) -> dict[str, float]:
@@ -128,7 +131,7 @@ def limit_problem(exitcode: int | None, limits: ParseLimits | None = None) -> Pr
     s = get_settings()
     cpu = limits.cpu_seconds if limits else s.ingest_cpu_seconds
     wall = limits.wall_seconds if limits else s.ingest_time_limit_seconds
-    size = {"upload_bytes": limits.nbytes} if limits else {}
+    size = {"parsed_bytes": limits.nbytes} if limits else {}
     if exitcode in (-signal.SIGXCPU, -signal.SIGKILL):
         return ProblemError(413, "Ingest limit exceeded",
                             detail=f"parsing the upload used more than its {cpu} CPU seconds "
@@ -139,7 +142,7 @@ def limit_problem(exitcode: int | None, limits: ParseLimits | None = None) -> Pr
     if exitcode in (-signal.SIGALRM, None):
         return ProblemError(413, "Ingest limit exceeded",
                             detail=f"parsing the upload took longer than its {wall} s (three "
-                                   "times its CPU budget, at most "
+                                   "times its CPU budget and 30 s, at most "
                                    "SODM_INGEST_TIME_LIMIT_SECONDS)",
                             type="ingest-time-limit", limit_seconds=wall, **size)
     return ProblemError(500, "Ingest failed",
@@ -193,11 +196,11 @@ class _Budget:
 
     def grow(self, nbytes: int) -> None:
         limits = ParseLimits.for_bytes(nbytes)
+        self.upload.write_limits(limits.as_dict())  # first: the watcher reads it
         if self.current is not None and (limits.cpu_seconds, limits.wall_seconds) == (
                 self.current.cpu_seconds, self.current.wall_seconds):
             return
         self.current = limits
-        self.upload.write_limits(limits.as_dict())  # first: the watcher reads it
         hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         resource.setrlimit(resource.RLIMIT_CPU, (min(limits.cpu_seconds, hard), hard))
         left = limits.wall_seconds - (time.monotonic() - self.started)

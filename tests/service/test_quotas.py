@@ -39,19 +39,22 @@ def _problem(r: httpx.Response, status: int, slug: str) -> dict:
 
 
 def test_storage_quota_is_507_for_uploads_and_training(start_api, make_tenant):
-    """A 2 MB quota: two 0.56 MB uploads fit, a 1 MB one would pass the quota (507 naming
-    the quota and what is stored, nothing stored); another tenant stores freely. Through
+    """A 2 MB quota: two 0.71 MB uploads fit (each counts the bytes of its stored files,
+    0.6 MB), a 1.07 MB one would pass the quota (507 naming the quota and what is stored, nothing
+    stored); another tenant stores freely. Through
     an API process with a 1 MB quota the tenant is at its quota: POST /train (whose model
     needs room) and any upload are 507s."""
     api = start_api(SODM_QUOTA_STORAGE_MB="2")
     _, key = make_tenant()
-    first, second = _synthetic(16_000, 1), _synthetic(16_000, 2)
+    first, second = _synthetic(20_000, 1), _synthetic(20_000, 2)
     stored = [_upload(api.url, key, d) for d in (first, second)]
     assert [r.status_code for r in stored] == [201, 201], stored[-1].text
+    held = [r.json()["stored_bytes"] for r in stored]
+    assert all(0 < n < len(first) for n in held), held  # Parquet files, smaller than text
     big = _synthetic(30_000, 3)
-    assert len(first) + len(second) + len(big) > 2 << 20
+    assert sum(held) + len(big) > 2 << 20 > len(big) and sum(held) >= 1 << 20
     body = _problem(_upload(api.url, key, big), 507, "storage-quota")
-    assert body["quota_bytes"] == 2 << 20 and body["used_bytes"] == len(first) + len(second)
+    assert body["quota_bytes"] == 2 << 20 and body["used_bytes"] == sum(held)
     assert "SODM_QUOTA_STORAGE_MB" in body["detail"]
     listed = httpx.get(api.url + "/datasets", headers=_auth(key)).json()["items"]
     assert sorted(d["id"] for d in listed) == sorted(r.json()["id"] for r in stored)
