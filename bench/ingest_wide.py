@@ -43,7 +43,7 @@ def measure(path: Path, fmt: str, work: Path) -> dict[str, object]:
 
     t0, c0 = time.perf_counter(), time.process_time()
     parsed = parse_file(path, fmt, "label")
-    t1, c1 = time.perf_counter(), time.process_time()
+    c1 = time.process_time()
     out = work / f"{path.stem}-stored"
     out.mkdir()
     meta = storage.write_dataset_files(out, parsed.X, parsed.y)

@@ -62,8 +62,24 @@ def _parsing_in_child(db: Engine, dataset_id: str, api_pid: int) -> int | None:
     return owner.pid if owner is not None and owner.pid != api_pid else None
 
 
+def _parse_in_flight(start_api, make_tenant, db: Engine, big: bytes) -> tuple[Any, str, str, int]:
+    """A fresh API process parsing ``big`` (202): (server, key, dataset id, child pid)."""
+    victim = start_api()
+    _warm(victim.url, make_tenant)
+    _, key = make_tenant()
+    with _client(victim.url, key) as c:
+        r = c.post("/datasets", params={"wait": 0}, files={"file": ("big.libsvm.gz", big)})
+        assert r.status_code == 202, r.text
+    dataset_id = r.json()["id"]
+    child = _wait_for(lambda: _parsing_in_child(db, dataset_id, victim.proc.pid), 120,
+                      "the parse never started")
+    return victim, key, dataset_id, child
+
+
 def test_killed_mid_upload_leaves_no_file(start_api, sweeper, make_tenant, db,
                                           stack_env) -> None:
+    """SIGKILL of the group while a body arrives: the upload directory is removed by
+    another API process's sweep within a minute; no row."""
     victim = start_api()
     tenant_id, key = make_tenant()
     tmp = _data(stack_env) / "tmp"
@@ -86,15 +102,9 @@ def test_killed_mid_upload_leaves_no_file(start_api, sweeper, make_tenant, db,
 
 def test_killed_mid_parse_fails_the_row_and_leaves_no_file(start_api, sweeper, make_tenant,
                                                            db, stack_env, big: bytes) -> None:
-    victim = start_api()
-    _warm(victim.url, make_tenant)
-    _, key = make_tenant()
-    with _client(victim.url, key) as c:
-        r = c.post("/datasets", params={"wait": 0}, files={"file": ("big.libsvm.gz", big)})
-        assert r.status_code == 202, r.text
-    dataset_id = r.json()["id"]
-    child = _wait_for(lambda: _parsing_in_child(db, dataset_id, victim.proc.pid), 120,
-                      "the parse never started")
+    """SIGKILL of the group while the child parses: the row reads failed
+    ``ingest-interrupted`` and the upload directory is gone within a minute."""
+    victim, key, dataset_id, child = _parse_in_flight(start_api, make_tenant, db, big)
     upload = _data(stack_env) / "tmp" / f"upload-{dataset_id}"
     assert upload.is_dir()
     _kill_group(victim)
@@ -116,15 +126,7 @@ def test_the_api_killed_alone_loses_no_parse(start_api, sweeper, make_tenant, db
                                              big: bytes) -> None:
     """SIGKILL to the API process only: its parsing child outlives it, stores the dataset
     and removes its upload directory; the sweep leaves the live child's row alone."""
-    victim = start_api()
-    _warm(victim.url, make_tenant)
-    _, key = make_tenant()
-    with _client(victim.url, key) as c:
-        r = c.post("/datasets", params={"wait": 0}, files={"file": ("big.libsvm.gz", big)})
-        assert r.status_code == 202, r.text
-    dataset_id = r.json()["id"]
-    _wait_for(lambda: _parsing_in_child(db, dataset_id, victim.proc.pid), 120,
-              "the parse never started")
+    victim, key, dataset_id, _ = _parse_in_flight(start_api, make_tenant, db, big)
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(30)
     try:
@@ -145,25 +147,18 @@ def test_delete_removes_the_files_also_while_parsing(start_api, make_tenant, db,
     """DELETE of a ready dataset removes ``datasets/{id}``; DELETE while it is parsed
     removes its upload directory, and the parse stops at its next heartbeat (its process
     exits, removing what it wrote meanwhile; no dataset files appear)."""
-    server = start_api()
-    _warm(server.url, make_tenant)
-    _, key = make_tenant()
+    server, key, dataset_id, child = _parse_in_flight(start_api, make_tenant, db, big)
     data = _data(stack_env)
     with _client(server.url, key) as c:
+        assert c.delete(f"/datasets/{dataset_id}").status_code == 204
+        _wait_for(lambda: not Path(f"/proc/{child}").exists(), 60,
+                  "the parse of a deleted dataset went on")
+        assert c.get(f"/datasets/{dataset_id}").status_code == 404
         r = c.post("/datasets", files={"file": ("s.libsvm", LINES)})
         assert r.status_code == 201, r.text
         ready = r.json()["id"]
         assert (data / "datasets" / ready).is_dir()
         assert c.delete(f"/datasets/{ready}").status_code == 204
         assert not (data / "datasets" / ready).exists()
-        r = c.post("/datasets", params={"wait": 0}, files={"file": ("big.libsvm.gz", big)})
-        assert r.status_code == 202, r.text
-        dataset_id = r.json()["id"]
-        child = _wait_for(lambda: _parsing_in_child(db, dataset_id, server.proc.pid), 120,
-                          "the parse never started")
-        assert c.delete(f"/datasets/{dataset_id}").status_code == 204
-        _wait_for(lambda: not Path(f"/proc/{child}").exists(), 60,
-                  "the parse of a deleted dataset went on")
-        assert not (data / "datasets" / dataset_id).exists()
-        assert not (data / "tmp" / f"upload-{dataset_id}").exists()
-        assert c.get(f"/datasets/{dataset_id}").status_code == 404
+    assert not (data / "datasets" / dataset_id).exists()
+    assert not (data / "tmp" / f"upload-{dataset_id}").exists()

@@ -7,6 +7,7 @@ import csv
 import io
 import re
 from array import array
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +125,8 @@ def _csv_header(row: list[str], lineno: int, label_column: str) -> list[str]:
                            format="csv", line=lineno, column=label_column,
                            columns=header[:50])
     if len(set(header)) != len(header):
-        dup = next(h for h in header if header.count(h) > 1)
+        counts = Counter(header)  # linear: a 100,000-column header with a late repeat
+        dup = next(h for h in header if counts[h] > 1)
         raise invalid("csv", f"line {lineno}: duplicate column name {dup!r}",
                       line=lineno, column=dup, value=dup)
     if len(header) < 2:

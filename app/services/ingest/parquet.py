@@ -141,8 +141,7 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     names = schema.names
     if len(set(names)) != len(names):
-        seen: set[str] = set()
-        twice = next(n for n in names if n in seen or seen.add(n))
+        twice = _first_repeat(names)
         raise invalid("parquet", f"duplicate column name {twice!r}", column=twice)
     try:
         label = schema.field(label_column).type if label_column in names else None
@@ -153,6 +152,16 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
         return pq.ParquetFile(path, metadata=plain.metadata, read_dictionary=[label_column])
     except (pa.ArrowException, OSError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+
+
+def _first_repeat(names: list[str]) -> str:
+    """The first name that stands again where it stands again (linear in the names)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    raise ValueError("no repeated name")
 
 
 def _is_number_type(t: pa.DataType) -> bool:
