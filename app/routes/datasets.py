@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect
 
 from app.auth import current_tenant
 from app.config import get_settings
-from app.db import get_read_sessionmaker, get_session, get_sessionmaker
+from app.db import get_session, get_sessionmaker
 from app.models import Tenant, new_id
 from app.observability import DATASET_UPLOADS
 from app.problems import ProblemError
@@ -69,23 +69,14 @@ def _too_large(limit: int) -> ProblemError:
                         type="upload-too-large", limit_bytes=limit)
 
 
-def _over_quota(tenant_id: str, received: int) -> ProblemError:
-    """507 for a body that passed the tenant's storage headroom (its bytes included)."""
-    with get_read_sessionmaker()() as session:
-        used = quotas.stored_bytes(session, tenant_id) + received
-    return quotas.storage_problem(get_settings().quota_storage_mb * quotas.MB, used)
-
-
 class _FormReceiver:
     """Callbacks for ``MultipartParser``: the ``file`` part to the upload's directory,
     small text fields to memory; enforces the file size limit and the tenant's storage
     headroom (None: no quota) as bytes arrive."""
 
-    def __init__(self, limit: int, upload: UploadDir, tenant_id: str,
-                 headroom: int | None) -> None:
+    def __init__(self, limit: int, upload: UploadDir, headroom: int | None) -> None:
         self.limit = limit
         self.upload = upload
-        self.tenant_id = tenant_id
         self.headroom = headroom
         self.fields: dict[str, str] = {}
         self.file_path: Path | None = None
@@ -142,7 +133,8 @@ class _FormReceiver:
             if self.file_bytes > self.limit:
                 raise _too_large(self.limit)
             if self.headroom is not None and self.file_bytes > self.headroom:
-                raise _over_quota(self.tenant_id, self.file_bytes)
+                quota = get_settings().quota_storage_mb * quotas.MB
+                raise quotas.storage_problem(quota, quota - self.headroom + self.file_bytes)
             self.sha.update(chunk)
             with storage.storage_errors():
                 self._fh.write(chunk)  # type: ignore[union-attr]
@@ -270,7 +262,7 @@ async def upload_dataset(request: Request, response: Response,
     headroom = await run_in_threadpool(quotas.storage_headroom, tenant.id,
                                        max(0, declared - FORM_OVERHEAD_BYTES))
     upload = await run_in_threadpool(UploadDir.create, new_id())
-    rx = _FormReceiver(limit, upload, tenant.id, headroom)
+    rx = _FormReceiver(limit, upload, headroom)
     handed = False
     try:
         await _receive(request, rx, params[b"boundary"])
@@ -285,8 +277,8 @@ async def upload_dataset(request: Request, response: Response,
         DATASET_UPLOADS.labels("too_large" if exc.status == 413 else "rejected").inc()
         raise
     finally:
-        if not handed:
-            await run_in_threadpool(upload.remove)
+        if not handed:  # no await here: it runs even when the request is cancelled
+            upload.remove()
     DATASET_UPLOADS.labels("stored" if out["state"] == "ready" else "parsing").inc()
     response.headers["Location"] = f"/datasets/{out['id']}"
     if out["state"] != "ready":
