@@ -7,8 +7,9 @@ process.
 * QUEUED jobs whose doorbell was lost (``enqueued_at``, or ``created_at`` when never sent,
   older than ``SODM_REQUEUE_AFTER_SECONDS``) are sent again, with a doubling interval for
   jobs that simply wait in a long queue; the claim makes duplicates harmless.
-* Every ``SWEEP_EVERY_SECONDS``: model files no model row owns and stale temporary files
-  are removed (``app.services.model_files.sweep``).
+* Every ``SWEEP_EVERY_SECONDS``: local model files no model needs (cache copies of deleted
+  models, old-layout files whose bytes are in Postgres: ``app.services.model_store.sweep``)
+  and stale prediction outputs are removed.
 All transitions are conditional UPDATEs, so concurrent reapers in several workers agree.
 """
 
@@ -24,12 +25,12 @@ from sqlalchemy import and_, or_, select, update
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, utcnow
-from app.services import model_files, prediction_files, task_client
+from app.services import model_store, prediction_files, task_client
 from worker.lease import db_now, poison_problem
 
 log = logging.getLogger(__name__)
 
-SWEEP_EVERY_SECONDS = 600.0  # orphan model files (app.services.model_files.sweep)
+SWEEP_EVERY_SECONDS = 600.0  # stale local files (model_store.sweep, prediction_files.sweep)
 RESEND_BACKOFF_CAP = 10  # the longest re-send interval, in SODM_REQUEUE_AFTER_SECONDS
 
 _thread: threading.Thread | None = None
@@ -141,7 +142,7 @@ def _loop() -> None:
             reap_once()
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
-                model_files.sweep()
+                model_store.sweep()
                 prediction_files.sweep()
         except Exception:  # noqa: BLE001 - the database may be restarting; try next time
             log.warning("reaper pass failed", exc_info=True)
