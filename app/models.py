@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -200,13 +201,23 @@ class Model(Base):
     classes: Mapped[list[Any]] = mapped_column(JSONType, default=list)
     n_support_vectors: Mapped[int] = mapped_column(Integer, default=0)
     train_seconds: Mapped[float] = mapped_column(Float, default=0.0)
-    file_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
+    # the sha256 and size of the model's portable file (its bytes: ``ModelBlob``; the
+    # tenant's storage quota counts the size)
     file_sha256: Mapped[str] = mapped_column(String(64), default="")
-    # the model file's size (the tenant's storage quota counts it)
     file_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     description: Mapped[str] = mapped_column(Text, default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class ModelBlob(Base):
+    """A model's portable file (``solver.model_io`` bytes), inserted in the transaction that
+    inserts its model (``app.services.model_store``); deleted with it."""
+
+    __tablename__ = "model_blobs"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ModelTag(Base):

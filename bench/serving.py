@@ -102,10 +102,15 @@ with session_scope() as s:
     job = Job(tenant_id=tenant.id, dataset_id=ds.id, algorithm="sodm", state="SUCCEEDED",
               params={"kernel": "rbf"}, request={})
     s.add(job); s.flush()
+    # trees since migration 0011 keep the bytes in Postgres; older ones name the file
+    stored = {"file_path": rel} if hasattr(Model, "file_path") else {}
     m = Model(id=new_id(), tenant_id=tenant.id, job_id=job.id, dataset_id=ds.id,
               name="ijcnn1-rbf", version=1, algorithm="sodm", n_features=22,
-              classes=[-1, 1], n_support_vectors=int(n_sv), file_path=rel, file_sha256=sha)
+              classes=[-1, 1], n_support_vectors=int(n_sv), file_sha256=sha, **stored)
     s.add(m); s.flush()
+    if not stored:
+        from app.models import ModelBlob
+        s.add(ModelBlob(model_id=m.id, data=(data_dir / rel).read_bytes())); s.flush()
     job.model_id = m.id
     print(json.dumps({"key": key, "model_id": m.id}))
 """

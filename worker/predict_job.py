@@ -11,7 +11,7 @@ from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, Model
 from app.problems import ProblemError
-from app.services import model_files, prediction_files
+from app.services import model_store, prediction_files
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
 from worker.job_state import JobLost, check_going, finish, require_datasets
@@ -35,13 +35,14 @@ def run_prediction(c: ClaimedJob, hb: Heartbeat) -> str:
         if m is None or m.deleted_at is not None:
             raise PredictionFailed("model-gone", "Model deleted",
                                    f"model {model_id} was deleted before the job ran", 404)
-        file_path, names, sha = m.file_path, m.feature_names, m.file_sha256
+        names, sha = m.feature_names, m.file_sha256
     require_datasets(c)
     hb.report(0.01, "loading the model")
     try:
-        est = model_files.read_checked(get_settings().data_dir / file_path, sha, model_id)
+        est = model_store.load(model_id, sha)
     except ProblemError as exc:
-        raise PredictionFailed("model-file-corrupt", exc.title, exc.detail or "", 500) from None
+        raise PredictionFailed(exc.type.rsplit("/", 1)[-1], exc.title, exc.detail or "",
+                               exc.status) from None
     try:
         record = write_predictions(c, hb, est, names, model_id)
         check_going(hb)

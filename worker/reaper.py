@@ -9,9 +9,10 @@ process.
   jobs that simply wait in a long queue; the claim makes duplicates harmless.
 * Every pass: uploads whose parser died (their rows failed ``ingest-interrupted``, their
   files and orphaned upload directories removed: ``app.services.ingest_sweep``).
-* Every ``SWEEP_EVERY_SECONDS``: model files no model row owns, stale temporary files and
-  dataset directories no live dataset owns are removed
-  (``app.services.model_files.sweep``, ``ingest_sweep``).
+* Every ``SWEEP_EVERY_SECONDS``: local model files no model needs (cache copies of deleted
+  models, old-layout files whose bytes are in Postgres: ``app.services.model_store.sweep``),
+  stale prediction outputs and dataset directories no live dataset owns
+  (``ingest_sweep``) are removed.
 All transitions are conditional UPDATEs, so concurrent reapers in several workers agree.
 """
 
@@ -27,12 +28,12 @@ from sqlalchemy import and_, or_, select, update
 from app.config import get_settings
 from app.db import session_scope
 from app.models import Job, JobState, utcnow
-from app.services import ingest_sweep, model_files, prediction_files, task_client
+from app.services import ingest_sweep, model_store, prediction_files, task_client
 from worker.lease import db_now, poison_problem
 
 log = logging.getLogger(__name__)
 
-SWEEP_EVERY_SECONDS = 600.0  # orphan model files (app.services.model_files.sweep)
+SWEEP_EVERY_SECONDS = 600.0  # stale local files (model_store.sweep, prediction_files.sweep)
 RESEND_BACKOFF_CAP = 10  # the longest re-send interval, in SODM_REQUEUE_AFTER_SECONDS
 
 _thread: threading.Thread | None = None
@@ -146,7 +147,7 @@ def _loop() -> None:
             ingest_sweep.sweep_once(dataset_dirs=full)
             if full:
                 next_sweep = time.monotonic() + SWEEP_EVERY_SECONDS
-                model_files.sweep()
+                model_store.sweep()
                 prediction_files.sweep()
         except Exception:  # noqa: BLE001 - the database may be restarting; try next time
             log.warning("reaper pass failed", exc_info=True)

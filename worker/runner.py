@@ -29,7 +29,7 @@ from app.db import session_scope
 from app.logs import current_request_id
 from app.models import Job, JobKind, JobState, Model, utcnow
 from app.problems import scrub_detail
-from app.services import model_files
+from app.services import model_store
 from app.services.algorithms import build_estimator
 from solver.exceptions import FitCancelled
 from solver.training import jsonable
@@ -104,18 +104,10 @@ def split(X: Any, y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray
 
 
 # ------------------------------------------------------------------------------ commit
-def _write_model_file(est: Any, model_id: str) -> tuple[str, str, int]:
-    """Write the portable model file durably; returns (relative path, sha256, size)."""
-    from app.services.algorithms import portable
-    from app.services.storage import model_path
-
-    path = model_path(model_id)
-    digest, size = model_files.write(portable(est), path)
-    return path.relative_to(get_settings().data_dir).as_posix(), digest, size
-
-
-def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[dict]) -> str:
-    """One transaction: insert the model version (once per job) and set SUCCEEDED."""
+def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[dict],
+                    stored: model_store.ModelBytes) -> str:
+    """One transaction: insert the model version (once per job) with its bytes and set
+    SUCCEEDED."""
 
     def tx() -> str:
         with session_scope() as s:
@@ -137,6 +129,7 @@ def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[d
                 s.add(Model(tenant_id=job.tenant_id, job_id=job.id, version=(top or 0) + 1,
                             **model_fields))
                 s.flush()
+                s.add(model_store.blob(model_fields["id"], stored))
             job.state, job.finished_at, job.lease_until = JobState.SUCCEEDED, now, None
             job.model_id = model_fields["id"]
             job.progress_fraction, job.progress_message = 1.0, "succeeded"
@@ -435,10 +428,12 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
 def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
           metrics: dict[str, Any], margin: Any, train_seconds: float) -> str:
-    """Write the model file, commit its row with the job's success and tell the API
-    processes; a job cancelled meanwhile leaves no file behind."""
+    """Commit the model's row and bytes with the job's success and tell the API processes;
+    a job cancelled meanwhile stores nothing."""
+    from app.services.algorithms import portable
+
     model_id = model_id_for(c.job_id)
-    rel, digest, size = _write_model_file(est, model_id)
+    stored = model_store.dump(portable(est))
     history = thin(jsonable(getattr(est, "history_", None) or hb.history()))
     fit_info = jsonable(dict(getattr(est, "fit_info_", None) or {}))
     # the model's parameters are the values it was fitted with ("auto" resolved)
@@ -453,14 +448,10 @@ def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
         "n_features": int(est.n_features_in_),
         "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
-        "train_seconds": float(train_seconds), "file_path": rel, "file_sha256": digest,
-        "file_bytes": size,
+        "train_seconds": float(train_seconds), "file_sha256": stored.sha256,
+        "file_bytes": stored.size,
     }
-    state = _commit_success(c, fields, history)
-    if state == JobState.CANCELLED:  # cancelled while saving: no row will own the file
-        from app.services.storage import model_path
-
-        model_files.remove(model_path(model_id))
+    state = _commit_success(c, fields, history, stored)
     if state == JobState.SUCCEEDED:  # "name" now means this version in every API process
         from app.services import invalidation
 

@@ -12,7 +12,6 @@ from app.auth import current_tenant
 from app.db import get_session
 from app.downloads import Download
 from app.models import Tenant
-from app.problems import ProblemError
 from app.schemas.common import ID_PATTERN, IdPath
 from app.schemas.models import (
     ALIAS_PATTERN,
@@ -27,8 +26,8 @@ from app.schemas.models import (
     ModelPatch,
     Tag,
 )
+from app.services import model_store, registry
 from app.services import models as models_service
-from app.services import registry, storage
 
 router = APIRouter(tags=["models"])
 
@@ -77,10 +76,7 @@ def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> Download:
     """The portable model file (``solver.model_io.load_model`` reads it)."""
     m = models_service.get_model(session, tenant, model_id)
-    path = storage.file_of(m)
-    if not path.is_file():
-        raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
-                           type="not-found")
+    path = model_store.cached_file(m.id, m.file_sha256 or "")
     return Download(path, media_type="application/octet-stream",
                         filename=f"{m.name}-v{m.version}.sodm")
 

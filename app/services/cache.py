@@ -181,7 +181,6 @@ class ModelEntry:
     name: str
     version: int
     n_features: int
-    file_path: str
     file_sha256: str
     feature_names: tuple[str, ...] | None = None
 

@@ -12,10 +12,9 @@ from sqlalchemy.orm import Session
 from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.models import ALIAS_PATTERN, MAX_VERSION
-from app.services import cache, registry
+from app.services import cache, model_store, registry
 from app.services.cache import ModelEntry
 from app.services.cursors import as_utc, page, split_page
-from app.services.storage import file_of
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +86,7 @@ def list_models(session: Session, tenant: Tenant, cursor: str | None, limit: int
 
 
 def onnx_bytes(m: Model) -> bytes:
-    """The model as an ONNX graph (``solver.export.to_onnx``), built from its file."""
-    path = file_of(m)
-    if not path.is_file():
-        raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
-                           type="not-found")
+    """The model as an ONNX graph (``solver.export.to_onnx``), built from its stored file."""
     try:
         import onnx  # noqa: F401
     except ImportError:
@@ -99,26 +94,23 @@ def onnx_bytes(m: Model) -> bytes:
                            detail="this server lacks the onnx package (pip install "
                                   "'sodm[onnx]')", type="onnx-unavailable"
                            ) from None
-    from app.services.model_files import read_checked
     from solver.export import to_onnx_bytes
 
+    est = model_store.load(m.id, m.file_sha256 or "")
     try:
-        return to_onnx_bytes(read_checked(path, m.file_sha256, m.id), name=f"{m.name}-v{m.version}")
+        return to_onnx_bytes(est, name=f"{m.name}-v{m.version}")
     except ValueError as exc:  # e.g. too large for one protobuf
         raise ProblemError(422, "Model cannot be exported", detail=str(exc),
                            type="onnx-export-failed") from None
 
 
 def delete_model(session: Session, tenant: Tenant, model_id: str) -> None:
-    """Soft-delete the row (ids stay unique), then remove the file best effort."""
+    """Soft-delete the row (ids stay unique) and delete its bytes, in one transaction."""
     m = get_model(session, tenant, model_id)
     m.deleted_at = utcnow()
     registry.drop_aliases_of(session, m.id)
+    model_store.delete(session, m.id)
     session.commit()
-    try:
-        file_of(m).unlink(missing_ok=True)
-    except OSError:
-        log.warning("could not remove model file of %s", model_id)
     from app.services import invalidation
 
     invalidation.publish("model", model_id=m.id, tenant_id=m.tenant_id, name=m.name,
@@ -134,7 +126,7 @@ async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) 
         with get_read_sessionmaker()() as session:
             m = resolve(session, tenant, model_id, ref)
             return ModelEntry(m.id, m.tenant_id, m.name, int(m.version), int(m.n_features),
-                              m.file_path, m.file_sha256 or "",
+                              m.file_sha256 or "",
                               tuple(m.feature_names) if m.feature_names else None)
 
     entry = await cache.model_loader().get((tenant.id, model_id, ref), lookup)

@@ -1,6 +1,7 @@
 """Prediction: a bounded LRU cache of loaded models and the decision values of a request.
 
-A model file is loaded (no pickle) on a model's first request in a process, on an evaluation
+A model's bytes are read from Postgres and loaded (no pickle) on its first request in a
+process, on an evaluation
 thread, once even when many requests ask for it at the same time, and kept as a
 ``ServingModel`` (``SODM_MODEL_CACHE_SIZE`` models per process). Deleting a model evicts it
 here and, through ``app.services.invalidation``, in every other API process.
@@ -18,10 +19,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from app.config import get_settings
-from app.problems import ProblemError
+from app.services import model_store
 from app.services.batcher import evaluations
 from app.services.evaluator import ServingModel
-from app.services.storage import file_of
 from solver.calibration import platt_probabilities
 
 _lock = threading.Lock()
@@ -33,7 +33,6 @@ class ModelLike(Protocol):
     id: str
     name: str
     version: int
-    file_path: str
     n_features: int
     file_sha256: str
 
@@ -57,17 +56,11 @@ def cached(model_id: str) -> ServingModel | None:
 
 
 def load(m: ModelLike) -> ServingModel:
-    """The prepared model of a model row, from the cache or its file (blocking)."""
+    """The prepared model of a model row, from the cache or Postgres (blocking)."""
     sm = cached(m.id)
     if sm is not None:
         return sm
-    from app.services.model_files import read_checked
-
-    path = file_of(m)  # type: ignore[arg-type]
-    if not path.is_file():
-        raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file",
-                           type="not-found")
-    sm = ServingModel(read_checked(path, m.file_sha256, m.id))
+    sm = ServingModel(model_store.load(m.id, m.file_sha256))
     limit = max(1, get_settings().model_cache_size)
     with _lock:
         _cache[m.id] = sm

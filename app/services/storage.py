@@ -1,11 +1,12 @@
-"""Files under ``SODM_DATA_DIR``: dataset directories, model files and atomic writes.
+"""Files under ``SODM_DATA_DIR``: dataset directories, prediction outputs and atomic writes.
 
 Every path derives from ids only (never from a user's file name):
 
 - ``datasets/{id}/data.parquet`` + ``datasets/{id}/meta.json`` (the contract form of
   ``docs/architecture.md``: dense ``row_id, label, f0..`` or sparse ``row_id, label, indices,
   values``),
-- ``models/{id}.sodm``,
+- ``predictions/{job id}.parquet``,
+- ``cache/`` for local copies of what Postgres holds (model files: ``model_store``),
 - ``tmp/`` for uploads in flight (``tmp/upload-{id}/``, ``app.services.upload_dirs``) and
   directories being assembled or removed (renamed into or out of place).
 """
@@ -55,16 +56,6 @@ def dataset_dir(dataset_id: str) -> Path:
 
 def dataset_relpath(dataset_id: str) -> str:
     return f"datasets/{_safe_id(dataset_id)}"
-
-
-def model_path(model_id: str) -> Path:
-    """The portable model file of a model (``models/{id}.sodm``)."""
-    return data_root() / "models" / f"{_safe_id(model_id)}.sodm"
-
-
-def file_of(m: Any) -> Path:
-    """The model file of a ``Model`` row (its ``file_path`` is relative to the data dir)."""
-    return (data_root() / m.file_path).resolve()
 
 
 def predictions_dir() -> Path:

@@ -66,54 +66,61 @@ def test_failed_job_problem_leaks_nothing(client, api_server, tenant, datasets_d
 
 
 def test_model_file_sha_mismatch_is_refused(trained, start_api, tenant, datasets_dir):
-    """One flipped byte in a stored model file: a fresh API process refuses to load it
-    (500 problem model-file-corrupt, naming no path) for /predict; restoring the bytes
-    makes it load again."""
-    from app.services.storage import model_path
+    """One flipped byte in a model's stored bytes: a fresh API process refuses to load it
+    (500 problem model-file-corrupt) for /predict, and so do the file download and the ONNX
+    export (with no local copy cached); restoring the bytes makes it load again."""
+    from app.config import get_settings
+    from app.services import model_store
+    from tests.fixtures.model_blobs import replaced_bytes, stored_bytes
 
     model = trained["model"]
-    path = model_path(model["id"])
-    original = path.read_bytes()
-    broken = bytearray(original)
+    for copy in (Path(get_settings().data_dir) / model_store.CACHE_DIR).glob(
+            f"{model['id']}.*"):
+        copy.unlink()
+    broken = bytearray(stored_bytes(model["id"]))
     broken[len(broken) // 2] ^= 0xFF
     api = start_api()
     auth = {"Authorization": f"Bearer {tenant[1]}"}
     body = {"model_id": model["id"], "instances": [[0.0] * model["n_features"]]}
-    try:
-        path.write_bytes(bytes(broken))
-        r = httpx.post(api.url + "/predict", json=body, headers=auth, timeout=60)
-        assert r.status_code == 500, r.text
-        problem = r.json()
-        assert problem["type"].endswith("/model-file-corrupt"), problem
-        assert str(path) not in r.text and "/models/" not in problem["detail"]
-    finally:
-        path.write_bytes(original)
+    with replaced_bytes(model["id"], bytes(broken)):
+        for r in (httpx.post(api.url + "/predict", json=body, headers=auth, timeout=60),
+                  httpx.get(f"{api.url}/models/{model['id']}/file", headers=auth, timeout=60),
+                  httpx.get(f"{api.url}/models/{model['id']}/onnx", headers=auth, timeout=60)):
+            assert r.status_code == 500, r.text
+            problem = r.json()
+            assert problem["type"].endswith("/model-file-corrupt"), problem
     r = httpx.post(api.url + "/predict", json=body, headers=auth, timeout=60)
     assert r.status_code == 200, r.text
 
 
-def test_sweep_removes_orphans_and_keeps_live_files(trained, stack_env):
-    """Stale temporary files and model files without a live row go; a live model's file, a
-    fresh temporary file and a fresh orphan (its commit may still be retried) stay."""
-    from app.services import model_files
-    from app.services.storage import model_path
+def test_sweep_removes_what_no_model_needs_and_keeps_the_rest(trained, client, stack_env):
+    """Local model files are only copies: cache files of deleted models and old-layout files
+    whose bytes are in Postgres (or whose model is gone) go once stale, with stale temporary
+    files; a live model's cache file and fresh files stay."""
+    from app.services import model_store
 
-    live = model_path(trained["model"]["id"])
-    models = live.parent
-    old = time.time() - 2 * model_files.STALE_SECONDS
-    stale_tmp = models / f".x.sodm.{uuid.uuid4().hex}.tmp"
-    solver_tmp = models / ".tmp-abc123"
-    orphan = models / f"{uuid.uuid4()}.sodm"
-    fresh_orphan = models / f"{uuid.uuid4()}.sodm"
-    fresh_tmp = models / f".y.sodm.{uuid.uuid4().hex}.tmp"
-    for p in (stale_tmp, solver_tmp, orphan, fresh_orphan, fresh_tmp):
+    mid = trained["model"]["id"]
+    assert client.get(f"/models/{mid}/file").status_code == 200  # writes the cache copy
+    root = Path(stack_env["SODM_DATA_DIR"])
+    cache, legacy = root / model_store.CACHE_DIR, root / model_store.LEGACY_DIR
+    live_cache = next(cache.glob(f"{mid}.*.sodm"))
+    legacy.mkdir(parents=True, exist_ok=True)
+    old = time.time() - 2 * model_store.STALE_SECONDS
+    stale_tmp = cache / f".x.sodm.{uuid.uuid4().hex}.tmp"
+    gone_cache = cache / f"{uuid.uuid4()}.0123456789abcdef.sodm"
+    stored_legacy = legacy / f"{mid}.sodm"
+    gone_legacy = legacy / f"{uuid.uuid4()}.sodm"
+    fresh_gone = cache / f"{uuid.uuid4()}.0123456789abcdef.sodm"
+    fresh_tmp = legacy / f".y.sodm.{uuid.uuid4().hex}.tmp"
+    for p in (stale_tmp, gone_cache, stored_legacy, gone_legacy, fresh_gone, fresh_tmp):
         p.write_bytes(b"x")
-    for p in (stale_tmp, solver_tmp, orphan, live):
+    for p in (stale_tmp, gone_cache, stored_legacy, gone_legacy, live_cache):
         os.utime(p, (old, old))
-    removed = model_files.sweep()
-    assert sorted(removed) == sorted([stale_tmp.name, solver_tmp.name, orphan.name])
-    assert live.is_file() and fresh_orphan.is_file() and fresh_tmp.is_file()
-    for p in (fresh_orphan, fresh_tmp):
+    removed = model_store.sweep()
+    assert sorted(removed) == sorted(p.name for p in (stale_tmp, gone_cache, stored_legacy,
+                                                      gone_legacy))
+    assert live_cache.is_file() and fresh_gone.is_file() and fresh_tmp.is_file()
+    for p in (fresh_gone, fresh_tmp):
         p.unlink()
 
 

@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session
 
 from app.models import Base, Dataset, Tenant
 from migrations import alembic_config
-from tests.fixtures.stack import REPO_ROOT, create_database
+from tests.fixtures.stack import REPO_ROOT, create_database, reset_app_caches
 
-TABLES = {"tenants", "api_keys", "datasets", "jobs", "models", "model_tags", "model_aliases",
-          "workers"}
+TABLES = {"tenants", "api_keys", "datasets", "jobs", "models", "model_blobs", "model_tags",
+          "model_aliases", "workers"}
 
 
 @pytest.fixture
@@ -127,3 +127,86 @@ def test_concurrent_migrate_commands_serialise(empty_pg: str) -> None:
     assert sum("Running upgrade" in o for o in outs) == 1  # the others found head already
     assert _tables(empty_pg) >= TABLES
     assert _diff(empty_pg) == []
+
+
+def _old_layout_model(conn, tenant: str, n: int, rel: str, sha: str) -> str:
+    """A model row of the layout before 0011 (its bytes in a file named by ``file_path``)."""
+    from sqlalchemy import text
+
+    ids = {k: f"{k[0]}{n:035d}" for k in ("dataset", "job", "model")}
+    conn.execute(text(
+        "INSERT INTO datasets (id, tenant_id, name, format, n_rows, n_features, classes, "
+        "sparse, storage_path, size_bytes, sha256, created_at) VALUES (:d, :t, 'd', 'csv', 1, "
+        "1, '{}', false, 'x', 1, '', now())"), {"d": ids["dataset"], "t": tenant})
+    conn.execute(text(
+        "INSERT INTO jobs (id, tenant_id, dataset_id, algorithm, backend, params, request, "
+        "state, progress_fraction, progress_message, history, attempt, max_attempts, "
+        "created_at, updated_at) VALUES (:j, :t, :d, 'odm', 'local', '{}', '{}', "
+        "'SUCCEEDED', 1, '', '[]', 1, 3, now(), now())"),
+        {"j": ids["job"], "t": tenant, "d": ids["dataset"]})
+    conn.execute(text(
+        "INSERT INTO models (id, tenant_id, job_id, dataset_id, name, version, algorithm, "
+        "backend, params, metrics, margin, n_features, classes, n_support_vectors, "
+        "train_seconds, file_path, file_sha256, created_at) VALUES (:m, :t, :j, :d, 'm', :n, "
+        "'odm', 'local', '{}', '{}', '{}', 2, '[0, 1]', 1, 0, :p, :s, now())"),
+        {"m": ids["model"], "t": tenant, "j": ids["job"], "d": ids["dataset"], "n": n,
+         "p": rel, "s": sha})
+    return ids["model"]
+
+
+def test_0011_moves_model_files_into_postgres_and_back(empty_pg: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upgrading past 0011 copies each old-layout model file whose bytes match its sha256
+    into ``model_blobs`` (a missing or altered file is not copied) and drops ``file_path``;
+    the model then loads from Postgres alone. Downgrading writes the bytes back."""
+    import hashlib
+
+    import numpy as np
+    from sqlalchemy import text
+
+    from app.config import get_settings
+    from solver import ODMClassifier
+    from solver.model_io import dumps
+
+    monkeypatch.setenv("SODM_DATA_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    cfg = alembic_config(empty_pg)
+    command.upgrade(cfg, "0010")
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.1, 0.9], [0.9, 0.2]])
+    data = dumps(ODMClassifier(kernel="linear").fit(X, [0, 1, 0, 1]))
+    sha = hashlib.sha256(data).hexdigest()
+    (tmp_path / "models").mkdir()
+    engine = create_engine(empty_pg, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO tenants (id, name, created_at) "
+                              "VALUES ('t1', 'one', now())"))
+            good = _old_layout_model(conn, "t1", 1, "models/good.sodm", sha)
+            altered = _old_layout_model(conn, "t1", 2, "models/altered.sodm", sha)
+            missing = _old_layout_model(conn, "t1", 3, "models/missing.sodm", sha)
+        (tmp_path / "models" / "good.sodm").write_bytes(data)
+        (tmp_path / "models" / "altered.sodm").write_bytes(data[:-1] + b"x")
+        command.upgrade(cfg, "head")
+        with engine.connect() as conn:
+            stored = dict(conn.execute(text("SELECT model_id, data FROM model_blobs")).all())
+        assert set(stored) == {good} and bytes(stored[good]) == data
+        assert "file_path" not in {c["name"] for c in inspect(engine).get_columns("models")}
+        assert _diff(empty_pg) == []
+        monkeypatch.setenv("DATABASE_URL", empty_pg)
+        reset_app_caches()
+        from app.services import model_store
+
+        assert model_store.load(good, sha).predict(X).tolist() == [0, 1, 0, 1]
+        for gone in (altered, missing):
+            with pytest.raises(Exception, match="no stored file"):
+                model_store.load(gone, sha)
+        (tmp_path / "models" / "good.sodm").unlink()
+        command.downgrade(cfg, "0010")
+        assert (tmp_path / "models" / f"{good}.sodm").read_bytes() == data
+        with engine.connect() as conn:
+            paths = dict(conn.execute(text("SELECT id, file_path FROM models")).all())
+        assert paths[good] == f"models/{good}.sodm"
+    finally:
+        engine.dispose()
+        monkeypatch.undo()
+        reset_app_caches()

@@ -136,26 +136,20 @@ def test_body_over_the_byte_limit_is_413(start_api, tenant, heart_model):
 def test_loaded_models_are_cached_in_the_api_process(start_api, client, tenant, heart_model,
                                                      stack_env):
     """The session's API has the model loaded (earlier predictions): it keeps answering
-    when the file disappears, while a fresh API process, with nothing cached, cannot."""
+    when the stored bytes disappear, while a fresh API process, with nothing cached, cannot."""
     import httpx
 
-    from app.services.storage import model_path
+    from tests.fixtures.model_blobs import replaced_bytes
 
     mid = heart_model["id"]
     row = [0.1] * 13
     first = client.post("/predict", json={"model_id": mid, "instances": [row]})
     assert first.status_code == 200
-    path = model_path(mid)
-    assert str(path).startswith(stack_env["SODM_DATA_DIR"]) and path.is_file()
-    hidden = path.with_name(path.name + ".hidden")
-    path.rename(hidden)
-    try:
+    with replaced_bytes(mid, None):
         again = client.post("/predict", json={"model_id": mid, "instances": [row]})
         assert again.status_code == 200 and again.json() == first.json()
         fresh = start_api()
         with httpx.Client(base_url=fresh.url, timeout=60,
                           headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
             _problem(c.post("/predict", json={"model_id": mid, "instances": [row]}), 404,
-                     "has no file")
-    finally:
-        hidden.rename(path)
+                     "has no stored file")

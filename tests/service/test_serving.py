@@ -40,12 +40,6 @@ def rows(datasets_dir) -> np.ndarray:
     return X[:40]
 
 
-def _file_path(model: dict) -> Path:
-    from app.services.storage import model_path
-
-    return model_path(model["id"])
-
-
 async def _concurrent(url: str, key: str, bodies: list[dict]) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=len(bodies))
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits,
@@ -71,9 +65,9 @@ def test_micro_batching_gives_the_unbatched_decision_values(start_api, tenant, m
     are summed in fewer kernel passes than requests, and every answer equals the library's
     decision value of that row alone."""
     server = start_api(SODM_PREDICT_THREADS="1", SODM_PREDICT_BATCH_WAIT_MS="50")
-    from solver.model_io import load_model
+    from app.services import model_store
 
-    lib = load_model(_file_path(model))
+    lib = model_store.load(model["id"], model["file_sha256"])
     alone = np.array([lib.decision_function(r[None, :])[0] for r in rows])
     bodies = [{"model_id": model["id"], "instances": [r.tolist()]} for r in rows]
     responses = run_async(_concurrent(server.url, tenant[1], bodies))
