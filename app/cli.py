@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from app.config import get_settings
 
@@ -83,18 +84,37 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     try:
         uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
-                    workers=workers, proxy_headers=True,
-                    timeout_keep_alive=s.keep_alive_seconds, access_log=not args.no_access_log)
+                    workers=workers, access_log=not args.no_access_log,
+                    **uvicorn_options())
     finally:
         if made:
             shutil.rmtree(made, ignore_errors=True)
     return 0
 
 
+HTTP_PROTOCOL = "app.http_protocol:LimitedHttpToolsProtocol"
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """The uvicorn settings of every API process (``sodm serve``, ``sodm run``, the test
+    stack): our HTTP protocol (limits before parsing, deadlines, connections per address:
+    ``app.http_protocol``), the keep-alive, and ``X-Forwarded-*`` believed only from
+    ``SODM_TRUSTED_PROXIES`` (uvicorn's own default trusts 127.0.0.1)."""
+    s = get_settings()
+    trusted = ",".join(s.trusted_proxies)
+    return {"http": HTTP_PROTOCOL, "timeout_keep_alive": s.keep_alive_seconds,
+            "proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None}
+
+
 def api_command(host: str, port: int) -> list[str]:
-    """The uvicorn command line of one API process (``sodm run`` and the test stack)."""
+    """The uvicorn command line of one API process (``sodm run`` and the test stack), with
+    ``uvicorn_options``."""
+    o = uvicorn_options()
+    proxies = (["--proxy-headers", "--forwarded-allow-ips", o["forwarded_allow_ips"]]
+               if o["proxy_headers"] else ["--no-proxy-headers"])
     return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
-            str(port), "--timeout-keep-alive", str(get_settings().keep_alive_seconds)]
+            str(port), "--http", o["http"], "--timeout-keep-alive",
+            str(o["timeout_keep_alive"]), *proxies]
 
 
 def worker_command(queue: str | None = None) -> list[str]:

@@ -24,7 +24,7 @@ from app.db import releasing
 from app.logs import RequestIdMiddleware, configure
 from app.observability import MetricsMiddleware, register_collectors
 from app.problems import install_problem_handlers
-from app.ratelimit import RateLimitHeadersMiddleware
+from app.ratelimit import RateLimitMiddleware
 from app.routes import (
     algorithms,
     dashboard,
@@ -128,7 +128,7 @@ def create_app() -> FastAPI:
                            expose_headers=["Location", "Retry-After", "RateLimit",
                                            "RateLimit-Policy", "X-Request-ID"])
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_predict_body_bytes)
-    app.add_middleware(RateLimitHeadersMiddleware)
+    app.add_middleware(RateLimitMiddleware)
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries X-Request-ID
     register_collectors()
