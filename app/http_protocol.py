@@ -22,9 +22,11 @@ slowly, or a connection that never sends one. ``LimitedHttpToolsProtocol`` (``so
   (their connections carry many clients; ``X-Forwarded-For`` is trusted only from them).
 
 Every refusal is an ``application/problem+json`` answer naming the limit and its setting,
-with ``Connection: close``; the connection's writing side is then shut and what the client
-still sends is read and dropped for up to ``LINGER_SECONDS`` (a client that is still sending
-then reads the answer instead of a reset), then the connection is closed.
+with ``Connection: close``; the connection's writing side is then shut and up to
+``LINGER_BYTES`` of what the client still sends are read and dropped (a client that sent a
+little too much finishes sending and reads the answer instead of a reset; one that keeps
+streaming is no longer read), and the connection is closed after ``LINGER_SECONDS`` or when
+the client closes it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from app.problems import PROBLEM_MEDIA_TYPE, ProblemError
 log = logging.getLogger("sodm.http")
 
 LINGER_SECONDS = 2.0
+LINGER_BYTES = 1 << 20
 REFUSED = Counter("sodm_http_refused_total",
                   "Connections answered by the HTTP protocol's own limits, by reason",
                   ["reason"])
@@ -269,6 +272,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._paused_before = 0.0  # paused seconds before the body's clock started
         self._timer: asyncio.TimerHandle | None = None
         self._refused = False
+        self._dropped = 0  # bytes read and dropped after a refusal
         self._counted: str | None = None  # the address this connection counts against
         self._pflow: PausingFlow | None = None
 
@@ -301,6 +305,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # bytes in
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                self.transport.pause_reading()
+            return
         while data and not self._refused:
             scan = self._scan
             if not self._in_head or scan is None:
@@ -328,6 +337,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._started = self.loop.time()
         self._body_bytes = 0
         self._paused_before = self._pflow.paused_seconds() if self._pflow else 0.0
+        self._arm(self._due())
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -384,8 +394,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # refusal
 
     def _refuse(self, problem: ProblemError) -> None:
-        """Answer ``problem``, stop parsing, shut the writing side, drop what still arrives
-        and close after ``LINGER_SECONDS``."""
+        """Answer ``problem``, stop parsing, shut the writing side, drop up to
+        ``LINGER_BYTES`` of what still arrives and close after ``LINGER_SECONDS``."""
         self._refused = True
         self._disarm()
         self._unset_keepalive_if_required()
