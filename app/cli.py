@@ -98,23 +98,20 @@ HTTP_PROTOCOL = "app.http_protocol:LimitedHttpToolsProtocol"
 def uvicorn_options() -> dict[str, Any]:
     """The uvicorn settings of every API process (``sodm serve``, ``sodm run``, the test
     stack): our HTTP protocol (limits before parsing, deadlines, connections per address:
-    ``app.http_protocol``), the keep-alive, and ``X-Forwarded-*`` believed only from
-    ``SODM_TRUSTED_PROXIES`` (uvicorn's own default trusts 127.0.0.1)."""
-    s = get_settings()
-    trusted = ",".join(s.trusted_proxies)
-    return {"http": HTTP_PROTOCOL, "timeout_keep_alive": s.keep_alive_seconds,
-            "proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None}
+    ``app.http_protocol``), the keep-alive, and no forwarded headers: uvicorn's own default
+    believes ``X-Forwarded-For`` from 127.0.0.1; the application believes it only from
+    ``SODM_TRUSTED_PROXIES`` (``app.main``), read in the API process itself."""
+    return {"http": HTTP_PROTOCOL, "timeout_keep_alive": get_settings().keep_alive_seconds,
+            "proxy_headers": False}
 
 
 def api_command(host: str, port: int) -> list[str]:
     """The uvicorn command line of one API process (``sodm run`` and the test stack), with
     ``uvicorn_options``."""
     o = uvicorn_options()
-    proxies = (["--proxy-headers", "--forwarded-allow-ips", o["forwarded_allow_ips"]]
-               if o["proxy_headers"] else ["--no-proxy-headers"])
     return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
             str(port), "--http", o["http"], "--timeout-keep-alive",
-            str(o["timeout_keep_alive"]), *proxies]
+            str(o["timeout_keep_alive"]), "--no-proxy-headers"]
 
 
 def worker_command(queue: str | None = None) -> list[str]:
