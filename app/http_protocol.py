@@ -24,9 +24,9 @@ slowly, or a connection that never sends one. ``LimitedHttpToolsProtocol`` (``so
 Every refusal is an ``application/problem+json`` answer naming the limit and its setting,
 with ``Connection: close``; the connection's writing side is then shut and up to
 ``LINGER_BYTES`` of what the client still sends are read and dropped (a client that sent a
-little too much finishes sending and reads the answer instead of a reset; one that keeps
-streaming is no longer read), and the connection is closed after ``LINGER_SECONDS`` or when
-the client closes it.
+little too much finishes sending and reads the answer instead of a reset), and the
+connection is closed when the client closes it, after ``LINGER_SECONDS``, or at once when
+more than ``LINGER_BYTES`` arrive (a client that keeps streaming gets a reset).
 """
 
 from __future__ import annotations
@@ -307,8 +307,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             self._dropped += len(data)
-            if self._dropped > LINGER_BYTES:
-                self.transport.pause_reading()
+            if self._dropped > LINGER_BYTES:  # still streaming: no more reading for it
+                self.transport.abort()
             return
         while data and not self._refused:
             scan = self._scan
