@@ -52,7 +52,7 @@ from app.problems import PROBLEM_MEDIA_TYPE, ProblemError
 log = logging.getLogger("sodm.http")
 
 LINGER_SECONDS = 2.0
-LINGER_BYTES = 1 << 20
+LINGER_BYTES = 64 << 10
 REFUSED = Counter("sodm_http_refused_total",
                   "Connections answered by the HTTP protocol's own limits, by reason",
                   ["reason"])
