@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from app.config import get_settings
 
@@ -83,18 +84,34 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     try:
         uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
-                    workers=workers, proxy_headers=True,
-                    timeout_keep_alive=s.keep_alive_seconds, access_log=not args.no_access_log)
+                    workers=workers, access_log=not args.no_access_log,
+                    **uvicorn_options())
     finally:
         if made:
             shutil.rmtree(made, ignore_errors=True)
     return 0
 
 
+HTTP_PROTOCOL = "app.http_protocol:LimitedHttpToolsProtocol"
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """The uvicorn settings of every API process (``sodm serve``, ``sodm run``, the test
+    stack): our HTTP protocol (limits before parsing, deadlines, connections per address:
+    ``app.http_protocol``), the keep-alive, and no forwarded headers: uvicorn's own default
+    believes ``X-Forwarded-For`` from 127.0.0.1; the application believes it only from
+    ``SODM_TRUSTED_PROXIES`` (``app.main``), read in the API process itself."""
+    return {"http": HTTP_PROTOCOL, "timeout_keep_alive": get_settings().keep_alive_seconds,
+            "proxy_headers": False}
+
+
 def api_command(host: str, port: int) -> list[str]:
-    """The uvicorn command line of one API process (``sodm run`` and the test stack)."""
+    """The uvicorn command line of one API process (``sodm run`` and the test stack), with
+    ``uvicorn_options``."""
+    o = uvicorn_options()
     return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
-            str(port), "--timeout-keep-alive", str(get_settings().keep_alive_seconds)]
+            str(port), "--http", o["http"], "--timeout-keep-alive",
+            str(o["timeout_keep_alive"]), "--no-proxy-headers"]
 
 
 def worker_command(queue: str | None = None) -> list[str]:

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app.auth import current_tenant, metrics_token
 from app.body_limit import BodyLimitMiddleware
@@ -24,7 +25,7 @@ from app.db import releasing
 from app.logs import RequestIdMiddleware, configure
 from app.observability import MetricsMiddleware, register_collectors
 from app.problems import install_problem_handlers
-from app.ratelimit import RateLimitHeadersMiddleware
+from app.ratelimit import RateLimitMiddleware
 from app.routes import (
     algorithms,
     dashboard,
@@ -133,9 +134,12 @@ def create_app() -> FastAPI:
                            expose_headers=["Location", "Retry-After", "RateLimit",
                                            "RateLimit-Policy", "X-Request-ID"])
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_predict_body_bytes)
-    app.add_middleware(RateLimitHeadersMiddleware)
+    app.add_middleware(RateLimitMiddleware)
     app.add_middleware(MetricsMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries X-Request-ID
+    app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-ID
+    if settings.trusted_proxies:  # outermost: every layer sees the forwarded client address
+        app.add_middleware(ProxyHeadersMiddleware,
+                           trusted_hosts=",".join(settings.trusted_proxies))
     register_collectors()
     return app
 
