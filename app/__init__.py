@@ -1,3 +1,3 @@
 """sodm REST service: datasets, training jobs, models and predictions."""
 
-__version__ = "0.1.0"  # the API's version (OpenAPI document, GET /v2)
+API_VERSION = "0.1.0"  # the OpenAPI document's and GET /v2's version

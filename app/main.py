@@ -17,7 +17,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
-from app import __version__
+from app import API_VERSION
 from app.auth import current_tenant, metrics_token
 from app.body_limit import BodyLimitMiddleware
 from app.config import get_settings
@@ -32,6 +32,7 @@ from app.routes import (
     datasets,
     docs,
     health,
+    invocations,
     jobs,
     models,
     predict,
@@ -64,6 +65,7 @@ ROUTER_PROBLEMS = {
     "app.routes.models": problem_responses(*_AUTHED, 404),
     "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
     "app.routes.predictions": problem_responses(*_AUTHED, 404, 409),
+    "app.routes.invocations": problem_responses(*_AUTHED, 404, 413, 415),
     "app.routes.v2": v2.RESPONSES,
 }
 
@@ -108,13 +110,13 @@ def create_app() -> FastAPI:
     settings = get_settings()
     configure(settings.log_format, settings.log_level, access=settings.access_log)
     # operationId = the route function's name (stable: generated clients' method names)
-    app = FastAPI(title="sodm", version=__version__, description=DESCRIPTION, docs_url=None,
+    app = FastAPI(title="sodm", version=API_VERSION, description=DESCRIPTION, docs_url=None,
                   redoc_url=None, generate_unique_id_function=lambda route: route.name,
                   lifespan=lifespan)
     install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
     ERROR_SHAPES["/v2"] = oip_error_response  # the Open Inference Protocol's {"error"}
     for module in (health, algorithms, datasets, train, jobs, models, predict, predictions,
-                   v2, dashboard, docs):
+                   invocations, v2, dashboard, docs):
         for route in module.router.routes:
             if not isinstance(route, APIRoute):
                 continue

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app import __version__
+from app import API_VERSION
 from app.auth import current_tenant
 from app.db import get_session
 from app.models import Model, Tenant
@@ -85,7 +85,7 @@ OPENAPI_SCHEMAS = _request_schemas()
 @router.get("/v2", response_model=ServerMetadata)
 def v2_server_metadata() -> dict[str, Any]:
     """The server's name, version and protocol extensions."""
-    return {"name": "sodm", "version": __version__, "extensions": oip.EXTENSIONS}
+    return {"name": "sodm", "version": API_VERSION, "extensions": oip.EXTENSIONS}
 
 
 @router.get("/v2/health/live", response_model=ServerLive)
@@ -161,7 +161,7 @@ async def _infer(request: Request, tenant: Tenant, ref: str) -> Response:
 
 
 @router.post("/v2/models/{name}/infer", response_model=InferenceResponse,
-             responses=error_responses(413), openapi_extra=INFER_OPENAPI)
+             responses=error_responses(413, 415), openapi_extra=INFER_OPENAPI)
 async def v2_infer(name: ModelRef, request: Request,
                    tenant: Tenant = Depends(current_tenant)) -> Response:
     """Labels, decision values and (calibrated models) probabilities of the input rows,
@@ -170,7 +170,7 @@ async def v2_infer(name: ModelRef, request: Request,
 
 
 @router.post("/v2/models/{name}/versions/{version}/infer", response_model=InferenceResponse,
-             responses=error_responses(413), openapi_extra=INFER_OPENAPI)
+             responses=error_responses(413, 415), openapi_extra=INFER_OPENAPI)
 async def v2_version_infer(name: ModelRef, version: Version, request: Request,
                            tenant: Tenant = Depends(current_tenant)) -> Response:
     """Inference on one version."""

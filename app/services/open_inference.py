@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -236,7 +237,7 @@ def to_matrix(req: InferRequest, model: ModelEntry) -> np.ndarray:
     if not finite.all():
         i, j = (int(v) for v in np.argwhere(~finite)[0])
         column = names[j] if names else str(j)
-        raise bad_data(f"row {i}, feature {column}: {X[i, j]!r} is not finite")
+        raise bad_data(f"row {i}, feature {column}: {float(X[i, j])!r} is not finite")
     return X
 
 
@@ -322,6 +323,30 @@ def response(req: InferRequest, model: ModelEntry, out: dict[str, Any]) -> Respo
                     headers={"Inference-Header-Content-Length": str(len(head))})
 
 
+def decompress(body: bytes, encoding: str) -> bytes:
+    """A gzip or deflate request body (tritonclient's ``request_compression_algorithm``),
+    expanded to at most ``SODM_MAX_PREDICT_BODY_BYTES``."""
+    from app.config import get_settings
+
+    kind = encoding.strip().lower()
+    if kind not in ("gzip", "deflate"):
+        raise ProblemError(415, "Unsupported content encoding",
+                           detail=f"Content-Encoding {encoding[:40]!r}; gzip or deflate",
+                           type="unsupported-media-type")
+    limit = get_settings().max_predict_body_bytes
+    inflater = zlib.decompressobj(wbits=31 if kind == "gzip" else 15)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise bad_request(f"the {kind} body does not decompress: {exc}") from None
+    if len(out) > limit:
+        raise ProblemError(413, "Request body too large",
+                           detail=f"the {kind} body expands past {limit} bytes "
+                                  "(SODM_MAX_PREDICT_BODY_BYTES)", type="body-too-large",
+                           limit_bytes=limit)
+    return out
+
+
 class InferDecoder:
     """The inference route's body format for ``app.services.serving``; the model comes
     from the path (``model_ref``)."""
@@ -331,6 +356,9 @@ class InferDecoder:
 
     def parse(self, body: bytes, headers: Mapping[str, str], query: Mapping[str, str]
               ) -> InferRequest:
+        encoding = headers.get("content-encoding")
+        if encoding:
+            body = decompress(body, encoding)
         return parse_request(body, headers.get(HEADER_LENGTH))
 
     def reference(self, parsed: InferRequest) -> tuple[str | None, str | None]:
