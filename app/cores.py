@@ -19,10 +19,10 @@ MAX_API_WORKERS = 8
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
-def _quota(path: Path = CGROUP_CPU_MAX) -> float | None:
+def _quota(path: Path | None = None) -> float | None:
     """Cores allowed by a cgroup v2 CPU quota (``"200000 100000"`` -> 2.0), or None."""
     try:
-        quota, period = path.read_text().split()[:2]
+        quota, period = (path or CGROUP_CPU_MAX).read_text().split()[:2]
     except (OSError, ValueError):
         return None
     if quota == "max":

@@ -15,6 +15,12 @@ then ``wrk``:
 * requests/s, predictions/s, p50/p99 latency (wrk's own latency histogram), errors (socket
   errors and non-2xx), the CPU seconds of wrk itself and of the API's process tree.
 
+Scenarios ``v2single`` and ``v2batch`` send the same rows to the Open Inference Protocol's
+``/v2/models/ijcnn1-rbf/versions/1/infer`` (JSON tensors) instead of ``/predict``.
+``--as-run`` starts each tree as ``make run`` does (``python -m app.cli run``: SQLite, the
+SQLAlchemy broker, a worker, the default number of API processes), changing only the rate
+limit (one key could not pass the default 600 a minute).
+
 ``--profile`` also samples the API with py-spy during the runs and prints where its time
 goes (``bench/serving_profile.py``). ``--offline`` adds batch decision values in this
 process, rows/s on one thread: ours (``decision_function``), scikit-learn's
@@ -24,6 +30,7 @@ the graph of ``solver.export.to_onnx_bytes`` once that export (issue 16) is ther
     apt-get install wrk
     .venv/bin/python -m bench.serving --tree after=. --workers 2 --profile
     .venv/bin/python -m bench.serving --tree before=../serving-before --tree after=.
+    .venv/bin/python -m bench.serving --as-run --scenarios single-50 v2single-50
 
 The machine's load average is recorded before and after each tree (a shared machine makes
 throughput noisy: compare trees measured in the same command).
