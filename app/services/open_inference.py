@@ -89,35 +89,42 @@ class InferRequest:
 def _dict(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise bad_request(f"{where} must be an object")
     return value
 
 
 def _flag(params: dict[str, Any], key: str, where: str) -> bool:
     value = params.get(key, False)
-    if not isinstance(value, bool):
+    if value is not True and value is not False:
         raise bad_request(f"{where}.parameters.{key} must be true or false")
     return value
 
 
-def _shape(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not 1 <= len(value) <= 2 or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
-        raise bad_request(f"{where}.shape must be [rows, features] or [rows] of "
-                          f"non-negative integers, not {value!r}"[:300])
-    return tuple(value)
+def _shape(value: Any, where: object) -> tuple[int, ...]:
+    if type(value) is list and 1 <= len(value) <= 2:
+        shape = tuple(value)
+        if all(type(d) is int and d >= 0 for d in shape):
+            return shape
+    raise bad_request(f"{where}.shape must be [rows, features] or [rows] of non-negative "
+                      f"integers, not {value!r}"[:300])
 
 
 def _has_bool(data: Any) -> bool:
-    if isinstance(data, bool):
-        return True
-    return isinstance(data, list) and any(_has_bool(v) for v in data)
+    """A ``true``/``false`` anywhere in nested lists (numpy would read it as 1.0 / 0.0)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool):
+            return True
+        if isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
-def _json_values(data: Any, shape: tuple[int, ...], where: str, check_bools: bool
+def _json_values(data: Any, shape: tuple[int, ...], where: object, check_bools: bool
                  ) -> np.ndarray:
-    if not isinstance(data, list):
+    if type(data) is not list:
         raise bad_request(f"{where}.data must be an array")
     try:
         arr = np.array(data, dtype=np.float64)
@@ -133,8 +140,8 @@ def _json_values(data: Any, shape: tuple[int, ...], where: str, check_bools: boo
 
 
 def _binary_values(raw: memoryview, offset: int, size: Any, datatype: str,
-                   shape: tuple[int, ...], where: str) -> np.ndarray:
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                   shape: tuple[int, ...], where: object) -> np.ndarray:
+    if type(size) is not int or size < 0:
         raise bad_request(f"{where}.parameters.binary_data_size must be a byte count")
     if offset + size > len(raw):
         raise bad_request(f"{where}: binary_data_size {size} runs past the body's end")
@@ -144,6 +151,59 @@ def _binary_values(raw: memoryview, offset: int, size: Any, datatype: str,
                           f"{math.prod(shape) * dtype.itemsize} bytes, binary_data_size "
                           f"says {size}")
     return np.frombuffer(raw[offset:offset + size], dtype=dtype).reshape(shape)
+
+
+class _Where:
+    """An input's name for messages, made only when one is needed."""
+
+    __slots__ = ("k", "name")
+
+    def __init__(self, k: int, name: Any) -> None:
+        self.k, self.name = k, name
+
+    def __format__(self, spec: str) -> str:
+        return f"input {self.name!r}" if isinstance(self.name, str) and self.name else \
+            f"inputs[{self.k}]"
+
+
+def _tensor(k: int, item: Any, raw: memoryview, offset: int, binary_ok: bool,
+            check_bools: bool) -> tuple[Tensor, int]:
+    """One input tensor and the binary bytes it took."""
+    if type(item) is not dict:
+        raise bad_request(f"inputs[{k}] must be an object")
+    name, datatype = item.get("name"), item.get("datatype")
+    where = _Where(k, name)
+    if type(name) is not str or not name:
+        raise bad_request(f"inputs[{k}].name must be a non-empty string")
+    if datatype not in DTYPES:
+        raise bad_data(f"{where}: datatype {datatype!r}; features are numbers: one of "
+                       f"{', '.join(DTYPES)}"[:300])
+    shape = _shape(item.get("shape"), where)
+    tparams = item.get("parameters")
+    if tparams is not None and type(tparams) is not dict:
+        raise bad_request(f"{where}.parameters must be an object")
+    if tparams and "binary_data_size" in tparams:
+        if not binary_ok:
+            raise bad_request(f"{where} has binary_data_size but the request has no "
+                              "Inference-Header-Content-Length header")
+        size = tparams["binary_data_size"]
+        return Tensor(name, _binary_values(raw, offset, size, datatype, shape, where)), size
+    return Tensor(name, _json_values(item.get("data"), shape, where, check_bools)), 0
+
+
+def _outputs(outputs: Any, binary_output: bool) -> list[tuple[str, bool]] | None:
+    if outputs is None:
+        return None
+    if type(outputs) is not list:
+        raise bad_request("outputs must be an array")
+    wanted = []
+    for k, item in enumerate(outputs):
+        if type(item) is not dict or item.get("name") not in OUTPUTS:
+            raise bad_request(f"outputs[{k}]: the outputs are {', '.join(OUTPUTS)}")
+        oparams = _dict(item.get("parameters"), f"outputs[{k}].parameters")
+        wanted.append((item["name"],
+                       _flag(oparams, "binary_data", f"outputs[{k}]") or binary_output))
+    return wanted
 
 
 def parse_request(body: bytes, header_length: str | None) -> InferRequest:
@@ -161,58 +221,29 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         doc = orjson.loads(head)
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"the request is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
+    if type(doc) is not dict:
         raise bad_request("the request must be a JSON object")
     rid = doc.get("id")
-    if rid is not None and not isinstance(rid, str):
+    if rid is not None and type(rid) is not str:
         raise bad_request("id must be a string")
-    params = _dict(doc.get("parameters"), "parameters")
-    binary_output = _flag(params, "binary_data_output", "request")
+    params = doc.get("parameters")
+    binary_output = params is not None and _flag(_dict(params, "parameters"),
+                                                 "binary_data_output", "request")
     inputs = doc.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
+    if type(inputs) is not list or not inputs:
         raise bad_request("inputs must be a non-empty array of tensors")
     check_bools = b"true" in head or b"false" in head
     tensors: list[Tensor] = []
     offset = 0
     for k, item in enumerate(inputs):
-        where = f"inputs[{k}]"
-        if not isinstance(item, dict):
-            raise bad_request(f"{where} must be an object")
-        name, datatype = item.get("name"), item.get("datatype")
-        if not isinstance(name, str) or not name:
-            raise bad_request(f"{where}.name must be a non-empty string")
-        where = f"input {name!r}"
-        if datatype not in DTYPES:
-            raise bad_data(f"{where}: datatype {datatype!r}; features are numbers: one of "
-                           f"{', '.join(DTYPES)}"[:300])
-        shape = _shape(item.get("shape"), where)
-        tparams = _dict(item.get("parameters"), f"{where}.parameters")
-        if "binary_data_size" in tparams:
-            if header_length is None:
-                raise bad_request(f"{where} has binary_data_size but the request has no "
-                                  "Inference-Header-Content-Length header")
-            size = tparams["binary_data_size"]
-            values = _binary_values(raw, offset, size, datatype, shape, where)
-            offset += size
-        else:
-            values = _json_values(item.get("data"), shape, where, check_bools)
-        tensors.append(Tensor(name, values))
+        tensor, size = _tensor(k, item, raw, offset, header_length is not None, check_bools)
+        tensors.append(tensor)
+        offset += size
     if offset != len(raw):
         raise bad_request(f"{len(raw) - offset} bytes after the JSON header belong to no "
                           "input (binary_data_size)")
-    outputs = doc.get("outputs")
-    wanted: list[tuple[str, bool]] | None = None
-    if outputs is not None:
-        if not isinstance(outputs, list):
-            raise bad_request("outputs must be an array")
-        wanted = []
-        for k, item in enumerate(outputs):
-            if not isinstance(item, dict) or item.get("name") not in OUTPUTS:
-                raise bad_request(f"outputs[{k}]: the outputs are {', '.join(OUTPUTS)}")
-            oparams = _dict(item.get("parameters"), f"outputs[{k}].parameters")
-            wanted.append((item["name"],
-                           _flag(oparams, "binary_data", f"outputs[{k}]") or binary_output))
-    return InferRequest(rid, tensors, wanted, binary_output)
+    return InferRequest(rid, tensors, _outputs(doc.get("outputs"), binary_output),
+                        binary_output)
 
 
 def to_matrix(req: InferRequest, model: ModelEntry) -> np.ndarray:
@@ -277,36 +308,36 @@ def _bytes_tensor(values: list[Any]) -> bytes:
     return b"".join(parts)
 
 
-def _output(name: str, out: dict[str, Any]) -> tuple[str, Any] | None:
-    """(datatype, values) of an output, or None when the model has none of it."""
-    if name == "label":
-        datatype = label_datatype(out["classes"])
-        if datatype == "BYTES":
-            return datatype, [str(v) for v in out["labels"]]
-        return datatype, np.asarray(out["labels"],
-                                    dtype=np.int64 if datatype == "INT64" else np.float64)
-    values = out["decision_values"] if name == "decision_function" else out["probabilities"]
-    return None if values is None else ("FP64", np.asarray(values, dtype=np.float64))
+def _binary(datatype: str, values: Any) -> bytes:
+    if datatype == "BYTES":
+        return _bytes_tensor(values)
+    return np.asarray(values, dtype=DTYPES[datatype]).tobytes()
 
 
 def response(req: InferRequest, model: ModelEntry, out: dict[str, Any]) -> Response:
     """The inference response: JSON, or a JSON header then the binary outputs asked for."""
+    probabilities = out["probabilities"]
     wanted = req.outputs if req.outputs is not None else [
         (name, req.binary_output) for name in OUTPUTS
-        if name != "probabilities" or out["probabilities"] is not None]
+        if name != "probabilities" or probabilities is not None]
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     for name, binary in wanted:
-        found = _output(name, out)
-        if found is None:
-            raise bad_request(f"model {model.name} version {model.version} has no {name} "
-                              "(train it with probability=true)")
-        datatype, values = found
-        shape = [len(values)] if isinstance(values, list) else list(values.shape)
+        if name == "label":
+            datatype, values = label_datatype(out["classes"]), out["labels"]
+            if datatype == "BYTES":
+                values = [str(v) for v in values]
+            shape = [len(values)]
+        else:
+            values = out["decision_values"] if name == "decision_function" else probabilities
+            if values is None:
+                raise bad_request(f"model {model.name} version {model.version} has no {name} "
+                                  "(train it with probability=true)")
+            datatype, values = "FP64", np.asarray(values, dtype=np.float64)
+            shape = list(values.shape)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
         if binary:
-            data = _bytes_tensor(values) if datatype == "BYTES" else \
-                values.astype(DTYPES[datatype], copy=False).tobytes()
+            data = _binary(datatype, values)
             entry["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:

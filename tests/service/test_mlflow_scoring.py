@@ -15,17 +15,10 @@ import pandas as pd
 import pytest
 from mlflow.models import convert_input_example_to_serving_input
 
-from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
+from tests.service.jobs_helpers import HEART_NAMES, load_libsvm, train_model, upload_as
 
-NAMES = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang",
-         "oldpeak", "slope", "ca", "thal"]
+NAMES = HEART_NAMES
 PARAMS = {"kernel": "rbf", "gamma": 0.1, "lam": 10.0, "theta": 0.3}
-
-
-def _trained(c: httpx.Client, body: dict) -> dict:
-    job = wait_job(c, submit(c, body)["id"])
-    assert job["state"] == "SUCCEEDED", job["error"]
-    return c.get(f"/models/{job['model_id']}").json()
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +38,9 @@ def models(api_server, tenant, datasets_dir, worker, heart):
         r = c.post("/datasets", files={"file": ("heart.csv", csv.encode())},
                    data={"format": "csv"})
         assert r.status_code == 201, r.text
-        plain = _trained(c, {"dataset_id": ds["id"], "algorithm": "odm", "seed": 3,
+        plain = train_model(c, {"dataset_id": ds["id"], "algorithm": "odm", "seed": 3,
                              "name": "mlf", "params": PARAMS})
-        named = _trained(c, {"dataset_id": r.json()["id"], "algorithm": "odm", "seed": 3,
+        named = train_model(c, {"dataset_id": r.json()["id"], "algorithm": "odm", "seed": 3,
                              "name": "mlfnamed", "params": {**PARAMS, "probability": True}})
         assert c.put("/models/mlfnamed/aliases/prod", json={"version": 1}).status_code == 200
     return {"plain": plain, "named": named}

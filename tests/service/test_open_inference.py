@@ -12,17 +12,10 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
+from tests.service.jobs_helpers import HEART_NAMES, load_libsvm, train_model, upload_as
 
-NAMES = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang",
-         "oldpeak", "slope", "ca", "thal"]
+NAMES = HEART_NAMES
 FAST_RBF = {"kernel": "rbf", "gamma": 0.1, "lam": 10.0, "theta": 0.3}
-
-
-def _trained(c: httpx.Client, body: dict) -> dict:
-    job = wait_job(c, submit(c, body)["id"])
-    assert job["state"] == "SUCCEEDED", job["error"]
-    return c.get(f"/models/{job['model_id']}").json()
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +39,9 @@ def models(api_server, tenant, datasets_dir, worker, heart):
         assert r.status_code == 201, r.text
         base = {"dataset_id": ds["id"], "algorithm": "sodm", "seed": 1, "name": "oip",
                 "test_fraction": 0.2}
-        plain = _trained(c, {**base, "params": FAST_RBF})
-        calibrated = _trained(c, {**base, "params": {**FAST_RBF, "probability": True}})
-        named = _trained(c, {"dataset_id": r.json()["id"], "algorithm": "odm", "seed": 1,
+        plain = train_model(c, {**base, "params": FAST_RBF})
+        calibrated = train_model(c, {**base, "params": {**FAST_RBF, "probability": True}})
+        named = train_model(c, {"dataset_id": r.json()["id"], "algorithm": "odm", "seed": 1,
                              "name": "oipnamed", "params": FAST_RBF})
         assert c.put("/models/oip/aliases/champion", json={"version": 2}).status_code == 200
     return {"plain": plain, "calibrated": calibrated, "named": named}
