@@ -116,7 +116,7 @@ def create_app() -> FastAPI:
     install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
     ERROR_SHAPES["/v2"] = oip_error_response  # the Open Inference Protocol's {"error"}
     # the prediction routes first: a request is matched against the routes in this order
-    for module in (health, predict, v2, invocations, algorithms, datasets, train, jobs, models,
+    for module in (predict, v2, invocations, health, algorithms, datasets, train, jobs, models,
                    predictions, dashboard, docs):
         for route in module.router.routes:
             if not isinstance(route, APIRoute):

@@ -11,6 +11,7 @@ Formats: ``app.services.open_inference``.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -41,12 +42,14 @@ from app.services.storage import file_of
 router = APIRouter(tags=["open inference protocol"])
 
 # a model name as /predict's "model" takes it: name, name@<version>, name@<alias>
-ModelRef = Annotated[str, Path(min_length=1, max_length=270,
-                               pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9_-]{1,64})?$",
-                               description="name, name@<version>, name@<alias> or "
-                               "name@latest", examples=["churn@champion"])]
-Version = Annotated[str, Path(pattern=r"^[0-9]{1,10}$", description="a version number",
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9_-]{1,64})?$"
+NAME_DESCRIPTION = "name, name@<version>, name@<alias> or name@latest"
+VERSION_PATTERN = r"^[0-9]{1,10}$"
+ModelRef = Annotated[str, Path(min_length=1, max_length=270, pattern=NAME_PATTERN,
+                               description=NAME_DESCRIPTION, examples=["churn@champion"])]
+Version = Annotated[str, Path(pattern=VERSION_PATTERN, description="a version number",
                               examples=["3"])]
+_NAME, _VERSION = re.compile(NAME_PATTERN), re.compile(VERSION_PATTERN)
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -61,15 +64,28 @@ RESPONSES = error_responses(400, 401, 404, 422, 429, 500)
 _BINARY_BODY = {"schema": {"type": "string", "format": "binary"},
                 "description": "binary tensor extension: the JSON header "
                 "(Inference-Header-Content-Length bytes), then each tensor's raw bytes"}
-INFER_OPENAPI: dict[str, Any] = {
-    "parameters": [{"name": "Inference-Header-Content-Length", "in": "header",
-                    "required": False, "schema": {"type": "integer", "minimum": 0},
-                    "description": "binary tensor extension: bytes of the JSON header"}],
-    "requestBody": {"required": True, "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
-        "application/octet-stream": _BINARY_BODY}},
-    "responses": {"200": {"content": {"application/octet-stream": _BINARY_BODY}}},
-}
+_NAME_PARAM = {"name": "name", "in": "path", "required": True,
+               "description": NAME_DESCRIPTION, "example": "churn@champion",
+               "schema": {"type": "string", "minLength": 1, "maxLength": 270,
+                          "pattern": NAME_PATTERN}}
+_VERSION_PARAM = {"name": "version", "in": "path", "required": True, "example": "3",
+                  "description": "a version number",
+                  "schema": {"type": "string", "pattern": VERSION_PATTERN}}
+
+
+def _infer_openapi(*path: dict[str, Any]) -> dict[str, Any]:
+    """The infer routes' documentation (their path parameters are read from the request,
+    not declared: FastAPI's validation of declared ones was a tenth of the route's cost)."""
+    return {
+        "parameters": [*path, {"name": "Inference-Header-Content-Length", "in": "header",
+                               "required": False, "schema": {"type": "integer", "minimum": 0},
+                               "description": "binary tensor extension: bytes of the JSON "
+                                              "header"}],
+        "requestBody": {"required": True, "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
+            "application/octet-stream": _BINARY_BODY}},
+        "responses": {"200": {"content": {"application/octet-stream": _BINARY_BODY}}},
+    }
 
 
 def _request_schemas() -> dict[str, Any]:
@@ -80,6 +96,45 @@ def _request_schemas() -> dict[str, Any]:
 
 # named schemas the operations refer to (merged into the document's components by app.main)
 OPENAPI_SCHEMAS = _request_schemas()
+
+
+def _path_ref(request: Request) -> str:
+    """The model reference of an infer route's path, checked as the declared parameters of
+    the other routes are."""
+    params = request.path_params
+    name, version = params["name"], params.get("version")
+    if len(name) > 270 or not _NAME.match(name):
+        raise ProblemError(422, "Request validation failed", type="validation-error",
+                           detail=f"name: {name[:80]!r} is not {NAME_DESCRIPTION}")
+    if version is not None and not _VERSION.match(version):
+        raise ProblemError(422, "Request validation failed", type="validation-error",
+                           detail=f"version: {version[:20]!r} is not a version number")
+    return oip.model_ref(name, version)
+
+
+async def _infer(request: Request, tenant: Tenant) -> Response:
+    served = await serve(request, tenant, oip.InferDecoder(_path_ref(request)))
+    if served is None:  # the client left: nobody to answer
+        return Response(status_code=499)
+    return oip.response(served.parsed, served.model, served.out)
+
+
+# the infer routes first: requests are matched against this router's routes in order
+@router.post("/v2/models/{name}/infer", response_model=InferenceResponse,
+             responses=error_responses(413, 415), openapi_extra=_infer_openapi(_NAME_PARAM))
+async def v2_infer(request: Request, tenant: Tenant = Depends(current_tenant)) -> Response:
+    """Labels, decision values and (calibrated models) probabilities of the input rows,
+    micro-batched with every other prediction of the model (as ``/predict``)."""
+    return await _infer(request, tenant)
+
+
+@router.post("/v2/models/{name}/versions/{version}/infer", response_model=InferenceResponse,
+             responses=error_responses(413, 415),
+             openapi_extra=_infer_openapi(_NAME_PARAM, _VERSION_PARAM))
+async def v2_version_infer(request: Request,
+                           tenant: Tenant = Depends(current_tenant)) -> Response:
+    """Inference on one version."""
+    return await _infer(request, tenant)
 
 
 @router.get("/v2", response_model=ServerMetadata)
@@ -151,27 +206,3 @@ def v2_model_version_ready(name: ModelRef, version: Version,
                            tenant: Tenant = Depends(current_tenant),
                            session: Session = Depends(get_session)) -> dict[str, Any]:
     return _ready(session, tenant, oip.model_ref(name, version))
-
-
-async def _infer(request: Request, tenant: Tenant, ref: str) -> Response:
-    served = await serve(request, tenant, oip.InferDecoder(ref))
-    if served is None:  # the client left: nobody to answer
-        return Response(status_code=499)
-    return oip.response(served.parsed, served.model, served.out)
-
-
-@router.post("/v2/models/{name}/infer", response_model=InferenceResponse,
-             responses=error_responses(413, 415), openapi_extra=INFER_OPENAPI)
-async def v2_infer(name: ModelRef, request: Request,
-                   tenant: Tenant = Depends(current_tenant)) -> Response:
-    """Labels, decision values and (calibrated models) probabilities of the input rows,
-    micro-batched with every other prediction of the model (as ``/predict``)."""
-    return await _infer(request, tenant, oip.model_ref(name))
-
-
-@router.post("/v2/models/{name}/versions/{version}/infer", response_model=InferenceResponse,
-             responses=error_responses(413, 415), openapi_extra=INFER_OPENAPI)
-async def v2_version_infer(name: ModelRef, version: Version, request: Request,
-                           tenant: Tenant = Depends(current_tenant)) -> Response:
-    """Inference on one version."""
-    return await _infer(request, tenant, oip.model_ref(name, version))
