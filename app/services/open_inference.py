@@ -292,9 +292,10 @@ def _columns(inputs: list[Tensor], names: tuple[str, ...]) -> np.ndarray:
 
 def label_datatype(classes: list[Any]) -> str:
     """INT64 for integer labels, FP64 for other numbers, BYTES for strings."""
-    if all(isinstance(c, int) and not isinstance(c, bool) for c in classes):
+    kinds = {type(c) for c in classes}
+    if kinds <= {int}:
         return "INT64"
-    if all(isinstance(c, int | float) and not isinstance(c, bool) for c in classes):
+    if kinds <= {int, float}:
         return "FP64"
     return "BYTES"
 
@@ -314,35 +315,42 @@ def _binary(datatype: str, values: Any) -> bytes:
     return np.asarray(values, dtype=DTYPES[datatype]).tobytes()
 
 
+def _entry(name: str, datatype: str, values: Any, binary: bool, chunks: list[bytes]
+           ) -> dict[str, Any]:
+    if isinstance(values, list):
+        entry = {"name": name, "datatype": datatype, "shape": [len(values)]}
+    else:
+        entry = {"name": name, "datatype": datatype, "shape": list(values.shape)}
+    if binary:
+        data = _binary(datatype, values)
+        entry["parameters"] = {"binary_data_size": len(data)}
+        chunks.append(data)
+    else:
+        entry["data"] = values if isinstance(values, list) else values.ravel()
+    return entry
+
+
 def response(req: InferRequest, model: ModelEntry, out: dict[str, Any]) -> Response:
     """The inference response: JSON, or a JSON header then the binary outputs asked for."""
     probabilities = out["probabilities"]
-    wanted = req.outputs if req.outputs is not None else [
-        (name, req.binary_output) for name in OUTPUTS
-        if name != "probabilities" or probabilities is not None]
+    wanted = req.outputs
+    if wanted is None:
+        wanted = [("label", req.binary_output), ("decision_function", req.binary_output)]
+        if probabilities is not None:
+            wanted.append(("probabilities", req.binary_output))
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     for name, binary in wanted:
         if name == "label":
-            datatype, values = label_datatype(out["classes"]), out["labels"]
-            if datatype == "BYTES":
-                values = [str(v) for v in values]
-            shape = [len(values)]
-        else:
-            values = out["decision_values"] if name == "decision_function" else probabilities
-            if values is None:
-                raise bad_request(f"model {model.name} version {model.version} has no {name} "
-                                  "(train it with probability=true)")
-            datatype, values = "FP64", np.asarray(values, dtype=np.float64)
-            shape = list(values.shape)
-        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
-        if binary:
-            data = _binary(datatype, values)
-            entry["parameters"] = {"binary_data_size": len(data)}
-            chunks.append(data)
-        else:
-            entry["data"] = values if isinstance(values, list) else values.ravel()
-        outputs.append(entry)
+            datatype, labels = label_datatype(out["classes"]), out["labels"]
+            outputs.append(_entry(name, datatype, labels if datatype != "BYTES" else
+                                  [str(v) for v in labels], binary, chunks))
+            continue
+        values = out["decision_values"] if name == "decision_function" else probabilities
+        if values is None:
+            raise bad_request(f"model {model.name} version {model.version} has no {name} "
+                              "(train it with probability=true)")
+        outputs.append(_entry(name, "FP64", values, binary, chunks))
     doc: dict[str, Any] = {"model_name": model.name, "model_version": str(model.version),
                            "outputs": outputs}
     if req.id is not None:
