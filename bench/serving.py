@@ -407,7 +407,7 @@ def bench_tree(name: str, tree: Path, workers: int, args: argparse.Namespace, es
         from app.cores import default_api_workers
 
         workers = default_api_workers()
-    res: dict[str, Any] = {"tree": str(tree), "workers": workers,
+    res: dict[str, Any] = {"tree": os.path.relpath(tree, REPO), "workers": workers,
                            "command": "run" if args.as_run else "serve",
                            "load_before": loadavg()}
     profiles: dict[str, Any] = {}
