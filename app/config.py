@@ -117,9 +117,10 @@ class Settings(BaseSettings):
     limit_line_bytes: int = Field(default=16 << 20, ge=64, alias="SODM_LIMIT_LINE_BYTES")
     limit_token_bytes: int = Field(default=4096, ge=32, alias="SODM_LIMIT_TOKEN_BYTES")
 
-    # serving (docs/serving.md): evaluation threads per API process (0: its cores divided
-    # by the API worker processes), micro-batching of small /predict requests
-    api_workers: int = Field(default=1, ge=1, alias="SODM_API_WORKERS")
+    # serving (docs/serving.md): API processes of sodm serve / sodm run (0: one per core,
+    # app.cores), evaluation threads per API process (0: its cores divided by the API
+    # processes), micro-batching of small /predict requests
+    api_workers: int = Field(default=0, ge=0, alias="SODM_API_WORKERS")
     predict_threads: int = Field(default=0, ge=0, alias="SODM_PREDICT_THREADS")
     predict_batch_rows: int = Field(default=64, ge=1, alias="SODM_PREDICT_BATCH_ROWS")
     predict_batch_wait_ms: float = Field(default=2.0, ge=0, le=50,

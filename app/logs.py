@@ -26,20 +26,21 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from structlog.contextvars import bind_contextvars, get_contextvars, reset_contextvars
 
+from app import access_log as access_lines
+
 REQUEST_ID_HEADER = "X-Request-ID"
 # a caller's id is logged (as client_request_id) when short printable ASCII without spaces
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 # third-party loggers whose own handlers would bypass the root handler's format
 _REROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "celery", "celery.task")
 
-access_log = structlog.get_logger("sodm.access")
-_access = {"on": True}  # one line per request (configure(access=False): none)
+_access: dict[str, Any] = {"on": True, "fmt": "text"}  # configure(access=False): no lines
 
 
 def configure(fmt: str = "text", level: str | int = "INFO", access: bool = True) -> None:
     """Route every log record through one structlog-formatted handler on stderr; ``access``
     is whether the API logs one line per request."""
-    _access["on"] = access
+    _access["on"], _access["fmt"] = access, fmt
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -53,13 +54,17 @@ def configure(fmt: str = "text", level: str | int = "INFO", access: bool = True)
         # plain tracebacks: rich's would print every frame's local variables (keys, bodies)
         final = [structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback)]
-    formatter = structlog.stdlib.ProcessorFormatter(
+    # access lines arrive rendered and batched (app.access_log: the per-request cost)
+    formatter = access_lines.Formatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final])
-    handler = logging.StreamHandler(sys.stderr)
+    handler = access_lines.Handler(sys.stderr)
     handler.setFormatter(formatter)
     handler.sodm = True  # type: ignore[attr-defined] - ours, replaced on reconfiguration
     root = logging.getLogger()
+    for h in root.handlers:
+        if getattr(h, "sodm", False):
+            h.flush()  # what the replaced handler still holds
     root.handlers = [h for h in root.handlers if not getattr(h, "sodm", False)] + [handler]
     root.setLevel(level)
     for name in _REROUTED:
@@ -136,6 +141,6 @@ class RequestIdMiddleware:
         bind_contextvars(request_id=rid, **({"client_request_id": theirs} if theirs else {}))
         await self.app(scope, receive, send_with_id)
         if _access["on"]:
-            access_log.info("request", method=scope.get("method", ""), path=scope.get("path", ""),
-                            status=status["code"],
-                            duration_ms=round(1000 * (time.perf_counter() - start), 1))
+            access_lines.emit(_access["fmt"], method=scope.get("method", ""),
+                              path=scope.get("path", ""), status=status["code"],
+                              duration_ms=round(1000 * (time.perf_counter() - start), 1))

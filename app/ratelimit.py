@@ -64,6 +64,10 @@ class RouteCost:
 DEFAULT_COST = RouteCost(1)
 ROUTE_COSTS: dict[tuple[str, str], RouteCost] = {
     ("POST", "/predict"): RouteCost(1, per_bytes=100_000),
+    # the same evaluations in other protocols' formats (app.routes.v2, app.routes.invocations)
+    ("POST", "/v2/models/{name}/infer"): RouteCost(1, per_bytes=100_000),
+    ("POST", "/v2/models/{name}/versions/{version}/infer"): RouteCost(1, per_bytes=100_000),
+    ("POST", "/models/{name}/invocations"): RouteCost(1, per_bytes=100_000),
     ("POST", "/train"): RouteCost(10),
     ("POST", "/datasets"): RouteCost(10, per_bytes=1 << 20),
     ("GET", "/jobs/{job_id}/events"): RouteCost(5),
