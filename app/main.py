@@ -36,6 +36,7 @@ from app.routes import (
     predict,
     predictions,
     train,
+    webhooks,
 )
 from app.schemas.common import problem_responses
 from app.services.algorithms import ALGORITHM_NAMES
@@ -61,6 +62,7 @@ ROUTER_PROBLEMS = {
     "app.routes.models": problem_responses(*_AUTHED, 404),
     "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
     "app.routes.predictions": problem_responses(*_AUTHED, 404, 409),
+    "app.routes.webhooks": problem_responses(*_AUTHED, 404, 409),
 }
 
 
@@ -70,13 +72,15 @@ GC_THRESHOLDS = (50_000, 20, 20)  # gc.set_threshold of an API process
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
-    ``app.services.batcher``), the cache-invalidation subscriber and the ingest forkserver."""
+    ``app.services.batcher``), the cache-invalidation subscriber, the ingest forkserver and
+    the served margins' flusher (``app.services.monitoring``)."""
     from threadpoolctl import threadpool_limits
 
-    from app.services import ingest_process, invalidation
+    from app.services import ingest_process, invalidation, monitoring
 
     blas = threadpool_limits(1)
     invalidation.start()
+    monitoring.start()
     threading.Thread(target=ingest_process.warm, daemon=True, name="sodm-ingest-warm").start()
     # Garbage collection paced for serving (docs/serving.md): the objects of startup
     # (modules, schemas, routes) live as long as the process, so they leave the collector's
@@ -93,6 +97,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         gc.set_threshold(*thresholds)  # an in-process app (tests) leaves the GC as it was
         gc.unfreeze()
         invalidation.stop()
+        monitoring.stop()
         blas.restore_original_limits()  # an in-process app (tests) leaves BLAS as it was
         from app.observability import process_exiting
 
@@ -109,7 +114,7 @@ def create_app() -> FastAPI:
                   lifespan=lifespan)
     install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
     for module in (health, algorithms, datasets, train, jobs, models, predict, predictions,
-                   dashboard, docs):
+                   webhooks, dashboard, docs):
         for route in module.router.routes:
             if not isinstance(route, APIRoute):
                 continue
