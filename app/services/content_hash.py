@@ -18,8 +18,9 @@ little-endian:
 - values: those features' values, float64, in the same order.
 
 Zeros are not part of the content (a dense 0.0 and a missing LIBSVM index are the same), so
-a CSV and a LIBSVM file of the same matrix hash alike. Rows are hashed in blocks, so the
-hash of a stored dataset can be computed with one block in memory (``sodm backfill-hashes``).
+a CSV and a LIBSVM file of the same matrix hash alike. Rows are hashed in blocks of about a
+million cells or entries, so the hash of a stored dataset can be computed with one block in
+memory (``sodm backfill-hashes``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 VERSION = b"sodm-content-v1\n"
-BLOCK_ROWS = 65_536
+BLOCK_CELLS = 1 << 20  # dense cells (or sparse entries) hashed at a time: ~50 MB of temporaries
 CHUNK_ENTRIES = 1 << 20
 
 
@@ -113,12 +114,26 @@ def content_sha256(X: np.ndarray | sp.spmatrix, y: np.ndarray, kind: str) -> str
     return h.hexdigest()
 
 
+def block_rows(n_features: int) -> int:
+    """Rows per block of a dense matrix this wide (``BLOCK_CELLS`` cells)."""
+    return max(1, BLOCK_CELLS // max(1, n_features))
+
+
 def iter_blocks(X: np.ndarray | sp.spmatrix) -> Iterable[np.ndarray | sp.spmatrix]:
+    """Consecutive row blocks of about ``BLOCK_CELLS`` dense cells or sparse entries."""
     n = X.shape[0]
-    if sp.issparse(X) and X.format != "csr":
-        X = X.tocsr()
     if n == 0:
         yield X
         return
-    for a in range(0, n, BLOCK_ROWS):
-        yield X[a:a + BLOCK_ROWS]
+    if not sp.issparse(X):
+        step = block_rows(X.shape[1])
+        for a in range(0, n, step):
+            yield X[a:a + step]
+        return
+    X = X.tocsr() if X.format != "csr" else X
+    a = 0
+    while a < n:  # cut where the entries so far pass the budget (at least one row)
+        b = int(np.searchsorted(X.indptr, X.indptr[a] + BLOCK_CELLS, side="right")) - 1
+        b = min(n, max(a + 1, b))
+        yield X[a:b]
+        a = b

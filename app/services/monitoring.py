@@ -48,7 +48,7 @@ N_COUNTS = GRID_BINS + 2
 _SCALE = GRID_BINS / (GRID_HI - GRID_LO)
 PSI_BINS = 10  # the PSI compares the shares in the reference's deciles
 PSI_FLOOR = 1e-4  # a share of 0 counts as this much in the PSI's logarithm
-FOLD_AT = 1 << 20  # pending margins of one model and window folded on the request's thread
+FOLD_AT = 1 << 20  # pending margins of one model and window that wake the flusher early
 PRUNE_EVERY_SECONDS = 60.0
 
 
@@ -194,7 +194,7 @@ class Recorder:
         self._dirty: dict[tuple[str, int], int] = {}  # changed since written: a version
         self._flush_lock = threading.Lock()
         self._last_prune = 0.0
-        self.source = f"{socket.gethostname()}:{os.getpid()}"
+        self.full = threading.Event()  # set when a pending list reaches FOLD_AT margins
 
     def observe(self, model_id: str, theta: float, decision_values: np.ndarray) -> None:
         """Record a prediction's margins (cheap: one ``abs`` and an append)."""
@@ -208,15 +208,13 @@ class Recorder:
             entry.arrays.append(m)
             entry.size += m.size
             big = entry.size >= FOLD_AT
-        if big:  # bound the memory of a flood between two flushes
-            self._fold(self._take(key))
+        if big:  # a flood between two flushes: the flusher folds it now, off this thread
+            self.full.set()
 
-    def _take(self, key: tuple[str, int] | None = None) -> dict[tuple[str, int], _Pending]:
+    def _take(self) -> dict[tuple[str, int], _Pending]:
         with self._lock:
-            if key is None:
-                taken, self._pending = self._pending, {}
-                return taken
-            return {key: self._pending.pop(key)} if key in self._pending else {}
+            taken, self._pending = self._pending, {}
+            return taken
 
     def _fold(self, taken: dict[tuple[str, int], _Pending]) -> None:
         parts = {key: Summary.of(np.concatenate(e.arrays), e.theta)
@@ -252,8 +250,8 @@ class Recorder:
 
     def _row(self, key: tuple[str, int], summary: Summary) -> dict[str, Any]:
         model_id, start = key
-        return {"model_id": model_id,
-                "window_start": datetime.fromtimestamp(start, UTC), "source": self.source,
+        return {"model_id": model_id, "window_start": datetime.fromtimestamp(start, UTC),
+                "source": f"{socket.gethostname()}:{os.getpid()}",  # this process, now
                 "n": summary.n, "total": summary.total, "total_sq": summary.total_sq,
                 "inside": summary.inside, "counts": [int(c) for c in summary.counts],
                 "updated_at": utcnow()}
@@ -298,7 +296,11 @@ def recorder() -> Recorder:
 
 
 def _loop() -> None:
-    while not _stop.wait(float(get_settings().monitor_flush_seconds)):
+    while not _stop.is_set():
+        _recorder.full.wait(float(get_settings().monitor_flush_seconds))
+        _recorder.full.clear()
+        if _stop.is_set():
+            return
         try:
             _recorder.flush()
         except Exception:  # noqa: BLE001 - the database may be restarting; keep the data
@@ -318,6 +320,7 @@ def start() -> None:
 def stop() -> None:
     """Stop the flusher and write what is left (best effort)."""
     _stop.set()
+    _recorder.full.set()
     try:
         _recorder.flush()
     except Exception:  # noqa: BLE001 - shutting down; the window loses this process's tail

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from app.config import get_settings
 from app.problems import ProblemError
-from app.services.content_hash import BLOCK_ROWS, ContentHasher, content_sha256
+from app.services.content_hash import BLOCK_CELLS, ContentHasher, content_sha256
 
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
@@ -339,6 +339,9 @@ def stored_content_sha256(directory: Path | str) -> str:
     y = load_labels(directory)
     hasher = ContentHasher(int(meta["n_rows"]), int(meta["n_features"]), y,
                            meta.get("label_type") or normalize_labels(y)[1])
-    for block in iter_row_blocks(directory, None, BLOCK_ROWS):
+    n_rows = max(1, int(meta["n_rows"]))
+    per_row = (int(meta.get("nnz") or 0) / n_rows if meta["layout"] == "sparse"
+               else int(meta["n_features"]))  # cells or entries of an average row
+    for block in iter_row_blocks(directory, None, max(1, int(BLOCK_CELLS // max(1, per_row)))):
         hasher.add_rows(block)
     return hasher.hexdigest()

@@ -96,14 +96,15 @@ def send(c: Claimed) -> Outcome:
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     try:
         with httpx.Client(timeout=s.webhook_timeout_seconds, follow_redirects=False,
-                          trust_env=False) as client:
-            r = client.post(url, content=body.encode(), headers=headers,
-                            extensions=extensions)
+                          trust_env=False) as client, \
+                client.stream("POST", url, content=body.encode(), headers=headers,
+                              extensions=extensions) as r:
+            status = r.status_code  # the answer's body is never read
     except httpx.HTTPError as exc:
         return Outcome(None, f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
-    if 200 <= r.status_code < 300:
-        return Outcome(r.status_code, None)
-    return Outcome(r.status_code, f"HTTP {r.status_code}")
+    if 200 <= status < 300:
+        return Outcome(status, None)
+    return Outcome(status, f"HTTP {status}")
 
 
 def _host_header(t: webhook_targets.Target) -> str:
