@@ -131,7 +131,8 @@ def test_register_list_get_delete(api, api_as, make_tenant) -> None:
 
 
 # -------------------------------------------------------------------------- deliveries
-def test_a_job_end_is_delivered_signed(api, private_queue, loopback_allowed, receiver, datasets_dir) -> None:
+def test_a_job_end_is_delivered_signed(api, private_queue, loopback_allowed, receiver,
+                                       datasets_dir) -> None:
     hook = api.post("/webhooks", json={"url": receiver.url,
                                        "events": ["job.cancelled", "job.succeeded"]}).json()
     deaf = api.post("/webhooks", json={"url": receiver.url, "events": ["job.failed"]}).json()
