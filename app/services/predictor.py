@@ -60,11 +60,16 @@ def load(m: ModelLike) -> ServingModel:
     sm = cached(m.id)
     if sm is not None:
         return sm
-    sm = ServingModel(model_store.load(m.id, m.file_sha256))
+    return remember(m.id, ServingModel(model_store.load(m.id, m.file_sha256)))
+
+
+def remember(model_id: str, sm: ServingModel) -> ServingModel:
+    """Keep a prepared model in the cache (the least recently used one beyond
+    ``SODM_MODEL_CACHE_SIZE`` goes)."""
     limit = max(1, get_settings().model_cache_size)
     with _lock:
-        _cache[m.id] = sm
-        _cache.move_to_end(m.id)
+        _cache[model_id] = sm
+        _cache.move_to_end(model_id)
         while len(_cache) > limit:
             _cache.popitem(last=False)
     return sm

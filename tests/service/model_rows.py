@@ -1,5 +1,5 @@
-"""A model version registered as the worker commits one (job row, model file, model row with
-its held-out margin reference), for tests of what the API does with models without running
+"""A model version registered as the worker commits one (job row, model row with its
+held-out margin reference, its bytes), for tests of what the API does with models without running
 a worker."""
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ def register_model(tenant_id: str, dataset_id: str, est: Any, name: str,
     reference is computed on ``X_held_out`` as the worker's evaluation does. The model id."""
     from sqlalchemy import func, select
 
-    from app.config import get_settings
     from app.db import session_scope
     from app.models import Job, JobState, Model, new_id, utcnow
-    from app.services import model_files, storage
+    from app.services import model_store
     from app.services.monitoring import model_theta, reference_of
 
     model_id = new_id()
-    path = storage.model_path(model_id)
-    digest, size = model_files.write(est, path)
+    stored = model_store.dump(est)
     reference = None
     if X_held_out is not None:
         reference = reference_of(est.decision_function(X_held_out), model_theta(est),
@@ -40,8 +38,8 @@ def register_model(tenant_id: str, dataset_id: str, est: Any, name: str,
                     name=name, version=(top or 0) + 1, algorithm="odm",
                     params={"theta": model_theta(est)}, n_features=int(est.n_features_in_),
                     classes=[int(c) for c in est.classes_], margin_reference=reference,
-                    file_path=path.relative_to(get_settings().data_dir).as_posix(),
-                    file_sha256=digest, file_bytes=size))
+                    file_sha256=stored.sha256, file_bytes=stored.size))
         s.flush()
+        s.add(model_store.blob(model_id, stored))
         job.model_id = model_id
     return model_id
