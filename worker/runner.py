@@ -43,6 +43,7 @@ from worker.job_state import (
     finish,
     problem,
     require_datasets,
+    time_limit_problem,
     with_retries,
 )
 from worker.lease import ClaimedJob, Heartbeat, owned
@@ -246,9 +247,7 @@ def failure_problem(c: ClaimedJob, exc: BaseException, hb: Heartbeat,
     exception's chain: the soft limit's signal can land inside a database call, which then
     raises its own error with the limit as its context."""
     if _caused_by(exc, SoftTimeLimitExceeded):  # numba wraps it in a SystemError
-        return problem("time-limit", "Time limit exceeded",
-                       f"the job ran longer than {get_settings().job_time_limit_seconds} s",
-                       500)
+        return time_limit_problem()
     if out_of_memory(exc):
         need = (f"more than {limit_mb} MB of memory (SODM_JOB_MEMORY_LIMIT_MB)"
                 if limit_mb else "more memory than the worker has")
