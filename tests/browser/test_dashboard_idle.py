@@ -78,7 +78,8 @@ def test_idle_requests_stay_at_one_page_after_many_navigations(page_guard, api_s
     go("/jobs", "Jobs")
     page.locator("#jobs-table tbody tr").first.wait_for()
     after = _idle_requests(page_guard)
-    # the same page idle: the same polling (one period's worth of slack for the timing)
-    assert after <= one_page + 2, (one_page, after)
+    # the same page idle, the same pollers: /jobs and /workers every 5 s, the dataset names
+    # every 30 s, so 4 to 7 requests in 12 s whatever their phases (60 pollers: ~150)
+    assert after <= one_page + 3 and after <= 10, (one_page, after)
     assert len(page_guard.api_requests(r"^/workers$")) < 3 * ROUNDS * 10, \
         "more worker-status requests than navigations: a poller per page"
