@@ -8,9 +8,11 @@ unexpected exceptions into ``application/problem+json`` responses.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable
 from http import HTTPStatus
+from itertools import islice
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -26,10 +28,61 @@ PROBLEM_BASE = "https://sodm.dev/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 _RESERVED = {"type", "title", "status", "detail", "instance"}
 
+# Bounds of a problem's text (every problem is built here: answers, datasets' and jobs'
+# stored ``error``): a title, a detail, any other string, items of a list or an object.
+MAX_TITLE_CHARS = 200
+MAX_DETAIL_CHARS = 2_000
+MAX_TEXT_CHARS = 1_000
+MAX_ITEMS = 100
+MAX_DEPTH = 6
+# control characters (C0, DEL, C1), line and paragraph separators, lone surrogates: none is
+# storable everywhere (a NUL ends a Postgres JSONB value, a surrogate is not UTF-8)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_SPACES = frozenset("\t\n\r")
+
 
 def problem_type(slug: str) -> str:
     """The ``type`` URI of a problem slug (``"invalid-libsvm"`` -> full URI)."""
     return slug if "://" in slug or slug == "about:blank" else PROBLEM_BASE + slug
+
+
+def _escape(m: re.Match[str]) -> str:
+    ch = m.group()
+    if ch in _SPACES:
+        return " "
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+
+def clean_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` without control characters or lone surrogates (tab, newline and carriage
+    return become spaces, the others their ``\\xNN`` / ``\\uNNNN`` escape), cut to ``limit``
+    characters (``...`` marks the cut). Linear in ``limit``: longer input is cut first."""
+    text = str(text)
+    cut = len(text) > limit
+    out = _UNSAFE.sub(_escape, text[:limit])
+    if cut or len(out) > limit:
+        out = out[:max(0, limit - 3)] + "..."
+    return out
+
+
+def clean_value(value: Any, depth: int = 0) -> Any:
+    """A problem member made safe to send and store: strings cleaned (``clean_text``),
+    lists and objects cut to ``MAX_ITEMS`` entries and ``MAX_DEPTH`` levels, non-finite
+    numbers (not JSON) as their names."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if depth >= MAX_DEPTH:
+        return clean_text(repr(value), 100)
+    if isinstance(value, dict):
+        return {clean_text(k, 100): clean_value(v, depth + 1)
+                for k, v in islice(value.items(), MAX_ITEMS)}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [clean_value(v, depth + 1) for v in islice(value, MAX_ITEMS)]
+    return value  # numbers of other types, dates, ids: jsonable_encoder renders them
 
 
 def _slug(title: str) -> str:
@@ -41,18 +94,22 @@ class ProblemError(Exception):
 
     ``type`` is a slug or URI (default: derived from ``title``); extra keyword arguments
     become extension members (``line``, ``field``, ``errors``, ...). ``headers`` is taken
-    out of the extensions and sent as response headers (``Retry-After``, ...).
+    out of the extensions and sent as response headers (``Retry-After``, ...). Every text
+    is cleaned and bounded here (``clean_text``, ``clean_value``), so no problem carries a
+    control character or an unbounded echo of the input into an answer, a log or a row.
     """
 
     def __init__(self, status: int, title: str, detail: str | None = None,
                  type: str | None = None, **extensions: Any) -> None:  # noqa: A002
         self.headers: dict[str, str] = dict(extensions.pop("headers", None) or {})
         self.status = int(status)
-        self.title = title
-        self.detail = detail
-        self.type = problem_type(type or _slug(title))
-        self.extensions = {k: v for k, v in extensions.items() if k not in _RESERVED}
-        super().__init__(f"{status} {title}: {detail}" if detail else f"{status} {title}")
+        self.title = clean_text(title, MAX_TITLE_CHARS)
+        self.detail = None if detail is None else clean_text(detail, MAX_DETAIL_CHARS)
+        self.type = clean_text(problem_type(type or _slug(self.title)))
+        self.extensions = {k: clean_value(v) for k, v in extensions.items()
+                           if k not in _RESERVED}
+        super().__init__(f"{status} {self.title}: {self.detail}" if self.detail
+                         else f"{status} {self.title}")
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> ProblemError:

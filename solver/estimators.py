@@ -90,7 +90,7 @@ from solver.training import (
 )
 
 __all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals",
-           "KERNELS", "is_int", "is_real", "require"]
+           "KERNELS", "check_kernel_range", "is_int", "is_real", "require"]
 
 KERNELS = ("linear", "rbf", "poly")
 ProgressFn = Callable[[float, str, dict], None]
@@ -117,6 +117,24 @@ def require(cond: bool, name: str, value: Any, what: str) -> None:
     """Raise the ``ValueError`` naming parameter ``name`` unless ``cond``."""
     if not cond:
         raise InvalidParameterError(name, f"invalid parameter {name}={value!r}: {what}")
+
+
+def check_kernel_range(kernel: Any, max_sq_norm: float) -> None:
+    """Refuse a polynomial kernel whose values can pass ``MAX_KERNEL_VALUE`` on rows with
+    ``|x|^2 <= max_sq_norm`` (the rows the solver sees: scaled, with the constant column):
+    ``InvalidParameterError`` naming ``coef0`` or ``gamma``, whichever term of
+    ``gamma x.z + coef0`` is the larger. The service asks it before a job is queued."""
+    from solver.kernels import MAX_KERNEL_VALUE
+
+    bound = kernel.value_bound(max_sq_norm)
+    if kernel.name != "poly" or bound <= MAX_KERNEL_VALUE:
+        return
+    name = "coef0" if abs(kernel.coef0) >= kernel.gamma * max_sq_norm else "gamma"
+    raise InvalidParameterError(
+        name, f"the polynomial kernel (gamma x.z + coef0)^degree reaches {bound:.3g} "
+        f"(gamma={kernel.gamma:.6g}, coef0={kernel.coef0:.6g}, degree={kernel.degree}, rows "
+        f"with |x|^2 up to {max_sq_norm:.6g}); at most {MAX_KERNEL_VALUE:.0e}: a smaller "
+        f"|{name}| or degree keeps it finite")
 
 
 def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
@@ -159,7 +177,7 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "final_global_solve": (_opt(_is_bool), "None or a bool"),
     "n_jobs": (_opt(lambda v: is_int(v) and v != 0), "None or a non-zero int (-1: all cores)"),
     "epochs": (_opt(_pos_int(1)), "None or int >= 1"),
-    "step_size": (_opt(lambda v: is_real(v) and v > 0), "None or a positive number"),
+    "step_size": (_opt(lambda v: is_real(v) and 0 < v < 1), "None or a number in (0, 1)"),
     "n_partitions": (_opt(_pos_int(1)), "None or int >= 1"),
     "linear_solver": (lambda v: v in ("dsvrg", "hierarchical"), "'dsvrg' or 'hierarchical'"),
     "n_clusters": (_pos_int(1), "int >= 1"),
@@ -261,6 +279,10 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         self._scaler = scaler
         Z_val, yv_idx = self._validation_rows(X_val, y_val, classes)
         kernel = self._make_kernel(gamma)
+        if Z.shape[0]:
+            from solver.kernels import row_sq_norms
+
+            check_kernel_range(kernel, float(row_sq_norms(Z).max()))
         history, n_iter, solutions = self._solve_problems(
             Z, y_idx, classes, kernel, seed, Z_val, yv_idx, progress, should_stop)
         state = self._fitted_state(solutions, Z, Xs, y_idx, float(theta), kernel, seed)

@@ -55,6 +55,10 @@ __all__ = [
 ]
 
 
+# decades either side of 1 that ODMParams' derived constants may span (``_check_scale``)
+MAX_DECADES = 200
+
+
 @dataclass(frozen=True)
 class ODMParams:
     """ODM hyperparameters in the SODM paper's convention.
@@ -82,7 +86,25 @@ class ODMParams:
             raise Bad("upsilon", f"upsilon must be > 0, got {self.upsilon!r}")
         if not 0 <= self.theta < 1:
             raise Bad("theta", f"theta must be in [0, 1), got {self.theta!r}")
+        self._check_scale()
         return self
+
+    def _check_scale(self) -> None:
+        """``c`` and the SVRG smoothness factor ``lam max(1, upsilon) / (1-theta)^2`` within
+        ``10^+-MAX_DECADES`` (their products with the data stay finite float64)."""
+        lam, ups, band = math.log10(self.lam), math.log10(self.upsilon), \
+            2 * math.log10(1.0 - self.theta)
+        log_c = band - lam - ups
+        if abs(log_c) > MAX_DECADES:
+            name = ("lam" if lam <= ups else "upsilon") if log_c > 0 \
+                else ("lam" if lam >= ups else "upsilon")
+            raise Bad(name, f"{name} is out of range: lam={self.lam!r} and upsilon="
+                      f"{self.upsilon!r} make c = (1-theta)^2 / (lam upsilon) = 1e{log_c:.0f}, "
+                      f"outside 1e-{MAX_DECADES}..1e{MAX_DECADES}")
+        if lam + max(0.0, ups) - band > MAX_DECADES:
+            name = "lam" if lam >= ups else "upsilon"
+            raise Bad(name, f"{name} is out of range: lam max(1, upsilon) / (1-theta)^2 = "
+                      f"1e{lam + max(0.0, ups) - band:.0f}, above 1e{MAX_DECADES}")
 
     @property
     def c(self) -> float:

@@ -19,6 +19,7 @@ from solver import buffers
 __all__ = [
     "Kernel",
     "KERNEL_NAMES",
+    "MAX_KERNEL_VALUE",
     "kernel_matrix",
     "kernel_combination",
     "kernel_decision",
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 KERNEL_NAMES = ("linear", "rbf", "poly")
+# The largest kernel value a fit accepts: kernel columns may be stored as float32 (at most
+# 3.4e38), and decision values and Newton steps sum many of them.
+MAX_KERNEL_VALUE = 1e30
 _BLOCK_ELEMS = 1 << 22  # ~32 MB of float64 per output block
 
 
@@ -59,6 +63,18 @@ class Kernel:
                 or not math.isfinite(float(c0)):
             raise ValueError(f"coef0 must be a finite number, got {c0!r}")
         return self
+
+    def value_bound(self, max_sq_norm: float) -> float:
+        """An upper bound of ``|k(x, z)|`` over rows with ``||x||^2 <= max_sq_norm``
+        (``|x.z| <= max_sq_norm`` by Cauchy-Schwarz); ``inf`` past float64."""
+        if self.name == "rbf":
+            return 1.0
+        if self.name == "linear":
+            return float(max_sq_norm)
+        base = float(self.gamma) * float(max_sq_norm) + abs(float(self.coef0))
+        if base > 1.0 and int(self.degree) * math.log10(base) > 300:
+            return math.inf
+        return base ** int(self.degree)
 
 
 def _check(A):

@@ -99,3 +99,10 @@ def finish(c: ClaimedJob, state: JobState, *, error: dict | None = None,
 
 def problem(kind: str, title: str, detail: str, status: int = 422) -> dict[str, Any]:
     return ProblemError(status, title, scrub_detail(detail), type=kind).body()
+
+
+def time_limit_problem() -> dict[str, Any]:
+    """The problem of a job past ``SODM_JOB_TIME_LIMIT_SECONDS`` (the soft limit in the
+    job's own process, or the hard one in the worker's main process)."""
+    return problem("time-limit", "Time limit exceeded",
+                   f"the job ran longer than {get_settings().job_time_limit_seconds} s", 500)

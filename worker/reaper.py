@@ -49,30 +49,40 @@ def reap_once() -> dict[str, list[str]]:
         # expiry by the database's clock, the one the leases were written with
         expired = and_(Job.lease_until.is_not(None), Job.lease_until < db_now(session))
         lost: list[tuple[str, str]] = []  # (job id, Spark Connect session) to interrupt
-        out["cancelled"] = _ids(lost, session.execute(
-            update(Job).where(Job.state == JobState.CANCELLING, expired)
-            .values(state=JobState.CANCELLED, finished_at=now, lease_until=None,
-                    progress_message="cancelled (worker lost)")
-            .returning(Job.id, Job.spark_session_id)))
-        out["failed"] = _ids(lost, session.execute(
-            update(Job).where(Job.state == JobState.RUNNING, expired,
-                              Job.attempt >= Job.max_attempts)
-            .values(state=JobState.FAILED, finished_at=now, lease_until=None,
-                    error=poison_problem(), progress_message="failed (worker lost)")
-            .returning(Job.id, Job.spark_session_id)))
-        out["requeued"] = _ids(lost, session.execute(
-            update(Job).where(Job.state == JobState.RUNNING, expired,
-                              Job.attempt < Job.max_attempts)
-            .values(state=JobState.QUEUED, lease_until=None, worker=None, enqueued_at=now,
-                    progress_message="requeued after the worker was lost")
-            .returning(Job.id, Job.spark_session_id)))
+        out.update(release_lost(session, expired, now, "the worker was lost", lost))
         out["resent"] = _resend_due(session, now, float(s.requeue_after_seconds))
     for job_id, session_id in lost:
-        _interrupt_spark(job_id, session_id)
+        interrupt_spark(job_id, session_id)
     for job_id in out["requeued"] + out["resent"]:
         _send(job_id)
     if any(out.values()):
         log.warning("reaper: %s", {k: v for k, v in out.items() if v})
+    return out
+
+
+def release_lost(session, lost_clause, now: datetime, why: str,
+                 lost: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """The jobs ``lost_clause`` selects lost their worker: CANCELLING -> CANCELLED, RUNNING
+    -> QUEUED while attempts remain (the attempt used counts), else FAILED worker-lost.
+    Returns their ids per outcome; ``lost`` gains the (job, Spark session) pairs whose
+    Spark work the caller should interrupt. ``why`` goes into the progress message."""
+    out = {"cancelled": _ids(lost, session.execute(
+        update(Job).where(Job.state == JobState.CANCELLING, lost_clause)
+        .values(state=JobState.CANCELLED, finished_at=now, lease_until=None,
+                progress_message=f"cancelled ({why})")
+        .returning(Job.id, Job.spark_session_id)))}
+    out["failed"] = _ids(lost, session.execute(
+        update(Job).where(Job.state == JobState.RUNNING, lost_clause,
+                          Job.attempt >= Job.max_attempts)
+        .values(state=JobState.FAILED, finished_at=now, lease_until=None,
+                error=poison_problem(), progress_message=f"failed ({why})")
+        .returning(Job.id, Job.spark_session_id)))
+    out["requeued"] = _ids(lost, session.execute(
+        update(Job).where(Job.state == JobState.RUNNING, lost_clause,
+                          Job.attempt < Job.max_attempts)
+        .values(state=JobState.QUEUED, lease_until=None, worker=None, enqueued_at=now,
+                progress_message=f"requeued ({why})")
+        .returning(Job.id, Job.spark_session_id)))
     return out
 
 
@@ -120,7 +130,7 @@ def _ids(lost: list[tuple[str, str]], result) -> list[str]:
     return ids
 
 
-def _interrupt_spark(job_id: str, session_id: str) -> None:
+def interrupt_spark(job_id: str, session_id: str) -> None:
     """A dead worker's Spark Connect work keeps running server-side: interrupt its tag."""
     try:
         from worker.spark_backend import interrupt_job

@@ -31,7 +31,7 @@ from app.models import Job, JobKind, JobState, Model, utcnow
 from app.problems import scrub_detail
 from app.services import model_store
 from app.services.algorithms import build_estimator
-from solver.exceptions import FitCancelled
+from solver.exceptions import FitCancelled, InvalidParameterError
 from solver.training import jsonable
 from worker.evaluation import evaluate, n_support_vectors
 from worker.history import thin
@@ -43,10 +43,12 @@ from worker.job_state import (
     finish,
     problem,
     require_datasets,
+    time_limit_problem,
     with_retries,
 )
 from worker.lease import ClaimedJob, Heartbeat, owned
 from worker.memory import job_memory_limit, out_of_memory
+from worker.param_failure import is_parameter_failure, parameter_problem, require_finite
 from worker.predict_job import PredictionFailed, run_prediction
 
 if TYPE_CHECKING:
@@ -97,7 +99,8 @@ def split(X: Any, y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray
     idx = np.arange(len(y))
     _, counts = np.unique(y, return_counts=True)
     n_test = int(np.ceil(fraction * len(y)))
-    stratify = y if counts.min() >= 2 and n_test >= len(counts) else None
+    stratify = y if counts.min() >= 2 and min(n_test, len(y) - n_test) >= len(counts) \
+        else None
     tr, te = train_test_split(idx, test_size=fraction, random_state=seed, shuffle=True,
                               stratify=stratify)
     return np.sort(tr), np.sort(te)
@@ -237,9 +240,7 @@ def failure_problem(c: ClaimedJob, exc: BaseException, hb: Heartbeat,
     exception's chain: the soft limit's signal can land inside a database call, which then
     raises its own error with the limit as its context."""
     if _caused_by(exc, SoftTimeLimitExceeded):  # numba wraps it in a SystemError
-        return problem("time-limit", "Time limit exceeded",
-                       f"the job ran longer than {get_settings().job_time_limit_seconds} s",
-                       500)
+        return time_limit_problem()
     if out_of_memory(exc):
         need = (f"more than {limit_mb} MB of memory (SODM_JOB_MEMORY_LIMIT_MB)"
                 if limit_mb else "more memory than the worker has")
@@ -255,6 +256,10 @@ def failure_problem(c: ClaimedJob, exc: BaseException, hb: Heartbeat,
         log.error("job %s: Spark failed", c.job_id, exc_info=exc)
         return problem("spark-failed", "Spark job failed",
                        failure.detail(hb.message(), hb.spark_stage()), 500)
+    if is_parameter_failure(exc):
+        if not isinstance(exc, InvalidParameterError):  # the log keeps where it happened
+            log.warning("job %s: the fit left float64's range", c.job_id, exc_info=exc)
+        return parameter_problem(c.params, exc)
     if isinstance(exc, ValueError):
         return problem("training-failed", "Training failed", f"{exc}")
     # the log has the traceback; the job says only what a client can use
@@ -331,6 +336,7 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     lo = 0.05 if search_result is None and auto_info is None else 0.5
     hb.report(lo, "training")
     est, train_seconds = _train(hb, est, params, seed, data, lo, spark_scope, auto_info)
+    require_finite(est)
     check_going(hb)
     hb.report(0.92, "evaluating")
     metrics, margin, reference = evaluate(est, data.X_test, data.y_test)

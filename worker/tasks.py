@@ -18,6 +18,7 @@ from app.models import Job, JobState, Model, utcnow
 from app.services.cursors import as_utc
 from worker import metrics, mlflow_tracking
 from worker.celery_app import celery_app
+from worker.child_loss import ChildLossRequest
 from worker.lease import claim
 from worker.runner import run_claimed
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 @celery_app.task(name="worker.tasks.train_job", acks_late=True, reject_on_worker_lost=True,
-                 ignore_result=True)
+                 ignore_result=True, Request=ChildLossRequest)
 def train_job(job_id: str) -> str:
     """Claim the job (a duplicate or stale delivery exits) and run it to a terminal state."""
     request_id, queued_at = _before_claim(job_id)

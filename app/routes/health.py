@@ -1,5 +1,5 @@
 """Routes: ``/livez`` (process up), ``/readyz`` (database and broker reachable; live workers
-reported), ``/workers`` (worker liveness and jobs waiting), ``/metrics``.
+reported), ``/workers`` (worker liveness as counts, the caller's jobs waiting), ``/metrics``.
 
 ``/livez`` and ``/readyz`` need no key (orchestrators probe them). ``/metrics`` takes its own
 scrape token, ``SODM_METRICS_TOKEN`` (``authorization: {credentials: <token>}`` in
@@ -27,6 +27,7 @@ from app.models import Tenant
 from app.observability import scrape_registry
 from app.problems import ProblemError
 from app.schemas.common import problem_responses
+from app.schemas.workers import WorkersOut
 from app.services import workers as workers_service
 
 router = APIRouter(tags=["health"])
@@ -109,11 +110,12 @@ def readyz() -> dict:
     return {"status": "ok", "checks": checks, "workers": {"live": live_worker_count()}}
 
 
-@router.get("/workers", responses=problem_responses(401, 429))
-def workers(_tenant: Tenant = Depends(current_tenant),
+@router.get("/workers", response_model=WorkersOut, responses=problem_responses(401, 429))
+def workers(tenant: Tenant = Depends(current_tenant),
             session: Session = Depends(get_session)) -> dict:
-    """Live workers (recent heartbeats) and the jobs waiting and running, all tenants."""
-    return workers_service.status(session).as_dict()
+    """Live workers and their job slots (counts: no host names or process ids), and your
+    jobs waiting and running."""
+    return workers_service.status(session, tenant.id).as_dict()
 
 
 @router.get("/metrics", response_class=Response, dependencies=[Depends(metrics_token)],

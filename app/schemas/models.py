@@ -14,6 +14,8 @@ MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 MAX_VERSION = 2**31 - 1  # versions are an INTEGER column
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:=/-]{0,63}$"
+# free text: no control characters but tab and newline (a NUL cannot be stored in Postgres)
+TEXT_PATTERN = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
 
 ModelName = Annotated[str, Path(min_length=1, max_length=200, pattern=MODEL_NAME_PATTERN,
                                 description="a model name", examples=["churn"])]
@@ -82,7 +84,9 @@ class ModelPatch(BaseModel):
         "examples": [{"description": "RBF, lam 1e4; beats v2 on the Q3 data",
                       "tags": ["prod-candidate", "team=risk"]}]})
 
-    description: str | None = Field(default=None, max_length=4000)
+    description: str | None = Field(default=None, max_length=4000, pattern=TEXT_PATTERN,
+                                    description="free text; tab and newline are the only "
+                                    "control characters it may hold")
     tags: list[Tag] | None = Field(default=None, max_length=32,
                                    description="the whole set of tags (replaces the old one)")
 

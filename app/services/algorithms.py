@@ -32,6 +32,7 @@ from app.config import get_settings
 from app.services.autoparams import SERVICE_DEFAULTS
 from solver import ODMClassifier, SODMClassifier
 from solver.baseline_estimators import ESTIMATORS as _BASELINE_ESTIMATORS
+from solver.estimators import check_kernel_range
 from solver.exceptions import InvalidParameterError
 
 BASELINES = ("cascade", "dip", "dc", "svrg")
@@ -218,10 +219,10 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
     ParamSpec("lam", _N, "Weight of the margin loss against the model complexity 1/2 ||w||^2 "
               "(the paper's lambda; plays the role of C times the number of rows). \"auto\" "
               "(the default): chosen by cross-validation on the training data; 1000 when "
-              "left out on the Spark backend or with a grid search.", exclusive_minimum=0,
-              words=("auto",)),
+              "left out on the Spark backend or with a grid search.", minimum=1e-12,
+              maximum=1e12, words=("auto",)),
     ParamSpec("upsilon", _N, "Relative weight of margins above the zero-loss band versus "
-              "below it.", exclusive_minimum=0),
+              "below it.", minimum=1e-12, maximum=1e12),
     ParamSpec("theta", _N, "Half-width of the zero-loss band [1-theta, 1+theta] of the "
               "margins. \"auto\" (the default): chosen by cross-validation; 0.2 when left "
               "out on the Spark backend or with a grid search.", minimum=0,
@@ -229,12 +230,12 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
     ParamSpec("gamma", _N, "Kernel width for rbf and poly: a number, \"scale\" = 1 / "
               "(features x variance of the scaled X), or \"auto\" (the default: chosen by "
               "cross-validation; \"scale\" when left out on the Spark backend or with a grid "
-              "search).", exclusive_minimum=0, words=("scale", "auto"),
+              "search).", exclusive_minimum=0, maximum=1e12, words=("scale", "auto"),
               kernels=_KERNELISED),
     ParamSpec("degree", _I, "Degree of the polynomial kernel.", minimum=1,
               limit="limit_degree", kernels=("poly",)),
-    ParamSpec("coef0", _N, "Offset of the polynomial kernel.", kernels=("poly",),
-              advanced=True),
+    ParamSpec("coef0", _N, "Offset of the polynomial kernel.", minimum=-1e12, maximum=1e12,
+              kernels=("poly",), advanced=True),
     ParamSpec("tol", _N, "Stopping tolerance: the KKT violation of a dual solve, or the "
               "gradient norm relative to its start for the SVRG solvers.", exclusive_minimum=0,
               advanced=True),
@@ -275,7 +276,8 @@ PARAMS: dict[str, ParamSpec] = {s.name: s for s in (
     ParamSpec("epochs", _I, "Passes of the SVRG solver (linear kernel). null: its default.",
               minimum=1, nullable=True, limit="limit_epochs", kernels=("linear",)),
     ParamSpec("step_size", _N, "SVRG step size. null: derived from the smoothness constant.",
-              exclusive_minimum=0, nullable=True, kernels=("linear",), advanced=True),
+              exclusive_minimum=0, exclusive_maximum=1, nullable=True, kernels=("linear",),
+              advanced=True),
     ParamSpec("n_partitions", _I, "Partitions of the distributed SVRG solver (linear). null: "
               "partitions of at least 2,000 rows.", minimum=1, nullable=True,
               limit="limit_n_partitions", kernels=("linear",), advanced=True),
@@ -427,6 +429,25 @@ def build_estimator(name: str, params: dict[str, Any], seed: int) -> Any:
     except InvalidParameterError as exc:
         raise ParamError(f"params.{exc.name}", str(exc)) from exc
     return est
+
+
+def check_for_data(name: str, params: dict[str, Any], n_features: int) -> None:
+    """What the estimator's own checks cannot know before it sees the data, asked before a
+    job is queued: a polynomial kernel's values on the min-max scaled rows (features in
+    [0, 1], so ``|x|^2 <= n_features`` plus the constant column) stay in the solver's range
+    (``solver.estimators.check_kernel_range``). ``ParamError`` naming the field. Unscaled
+    rows or a gamma taken from the data ("scale", "auto") are checked by the fit itself."""
+    p = build_estimator(name, params, 0).get_params(deep=False)
+    if p.get("kernel") != "poly" or not p.get("scale") or isinstance(p.get("gamma"), str):
+        return
+    from solver.kernels import Kernel
+
+    kernel = Kernel("poly", gamma=float(p["gamma"]), degree=int(p["degree"]),
+                    coef0=float(p["coef0"]))
+    try:
+        check_kernel_range(kernel, float(n_features + (1 if p.get("fit_intercept") else 0)))
+    except InvalidParameterError as exc:
+        raise ParamError(f"params.{exc.name}", str(exc)) from exc
 
 
 def portable(est: Any) -> Any:

@@ -11,17 +11,22 @@ Three encodings:
   cell-by-cell check run, to name the offending row and column;
 * ``application/x-npy``: one 2-D numeric ``.npy`` array (no pickle), the model named by the
   query parameter ``model_id`` or ``model``;
-* ``application/vnd.apache.arrow.stream``: an Arrow IPC stream whose columns (integer or
-  floating, no nulls) are the features in order, the model named as for ``.npy``.
+* ``application/vnd.apache.arrow.stream``: an uncompressed Arrow IPC stream whose columns
+  (integer or floating, no nulls) are the features in order, the model named as for ``.npy``.
 
 Strings, booleans, NaN and infinities are refused (422) with the row and column, as are wrong
-feature counts and empty batches; more than ``SODM_MAX_PREDICT_ROWS`` rows is a 413.
+feature counts and empty batches; more than ``SODM_MAX_PREDICT_ROWS`` rows is a 413. A binary
+body's declared shape (the ``.npy`` header, each Arrow batch's row count) is checked against
+the row limit and the body's own size before anything is allocated, and the float64 matrix
+is made only once the width matches the model's, so no body costs more memory than a legal
+request of the same model.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
@@ -52,7 +57,7 @@ class PredictBody:
 
     model_id: str | None
     model: str | None
-    rows: list[Any] | np.ndarray
+    rows: list[Any] | np.ndarray | Columns
 
 
 def bad(detail: str, field: str) -> ProblemError:
@@ -109,38 +114,119 @@ class PredictDecoder:
 
 
 def _npy(body: bytes) -> np.ndarray:
+    """The array of a ``.npy`` body, a view of the body's bytes: its header is read and
+    checked (numeric dtype, 1 or 2 dimensions, at most ``SODM_MAX_PREDICT_ROWS`` rows, a
+    data size equal to the bytes that follow it) before anything is allocated, so a
+    header that declares an enormous shape costs nothing."""
+    fp = io.BytesIO(body)
     try:
-        X = np.load(io.BytesIO(body), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ProblemError(422, "Invalid .npy body", detail=f"not a .npy array: {exc}",
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            raise ValueError(f".npy format {version[0]}.{version[1]}; use 1.0 or 2.0")
+    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises many kinds
+        what = "an archive (.npz), not one array" if body[:4] == b"PK\x03\x04" \
+            else f"not a .npy array: {exc}"
+        raise ProblemError(422, "Invalid .npy body", detail=f"the body is {what}",
                            type="invalid-instances") from None
-    if not isinstance(X, np.ndarray):
-        raise bad("the body holds an archive, not one array", "body")
-    if X.ndim == 1:
-        X = X[None, :]
-    if X.ndim != 2 or X.dtype.kind not in "fiu":
-        raise bad(f"expected a 2-D numeric array, got {X.ndim}-D of dtype {X.dtype}", "body")
-    return X
+    if dtype.hasobject:
+        raise ProblemError(422, "Invalid .npy body", detail="the body is not a .npy array of "
+                           "numbers: it holds Python objects (a pickle is never loaded)",
+                           type="invalid-instances")
+    if dtype.kind not in "fiu" or len(shape) not in (1, 2):
+        raise bad(f"expected a 1-D or 2-D numeric array, got {len(shape)}-D of dtype "
+                  f"{dtype}", "body")
+    check_rows(1 if len(shape) == 1 else shape[0])
+    offset = fp.tell()
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(body) - offset:
+        raise bad(f"the header declares shape {shape} of {dtype} ({count * dtype.itemsize} "
+                  f"bytes of data); the body holds {len(body) - offset}", "body")
+    X = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
+    X = X.reshape(shape, order="F" if fortran else "C")
+    return X[None, :] if X.ndim == 1 else X
 
 
-def _arrow(body: bytes) -> np.ndarray:
+@dataclass(frozen=True)
+class Columns:
+    """The numeric columns of an Arrow body (views of its buffers), made one float64 matrix
+    only once their count matches the model's (``to_matrix``)."""
+
+    arrays: tuple[np.ndarray, ...]
+    n_rows: int
+
+
+def _arrow(body: bytes) -> Columns:
+    """The columns of an Arrow IPC stream body. Each record batch's declared row count is
+    read from its message header and checked against ``SODM_MAX_PREDICT_ROWS`` before any
+    batch is decoded, and compressed batches are refused: Arrow allocates a compressed
+    buffer's declared size before it decompresses it."""
     import pyarrow as pa
 
+    buf = pa.py_buffer(body)
     try:
-        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        rows = 0
+        for message in pa.ipc.MessageReader.open_stream(buf):
+            if message.type == "schema":
+                continue
+            if message.type != "record batch":
+                raise bad(f"an Arrow {message.type} message; only record batches of "
+                          "numeric columns are read", "body")
+            n, compressed = arrow_batch_header(message.metadata.to_pybytes())
+            if compressed:
+                raise bad("compressed Arrow record batches are not accepted; send the "
+                          "stream uncompressed", "body")
+            rows += n
+            check_rows(max(rows, 1))
+        reader = pa.ipc.open_stream(buf)  # the verifying reader decodes what was checked
+        for f in reader.schema:
+            if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)):
+                raise bad(f"column {f.name!r} has type {f.type}; features must be numbers",
+                          f.name)
+        table = reader.read_all()
+        table.validate()  # buffers as long as the declared rows need
+        if not table.num_columns:
+            raise bad("the table has no columns", "body")
+        cols = []
+        for name, col in zip(table.column_names, table.columns, strict=True):
+            if col.null_count:
+                raise bad(f"column {name!r} has {col.null_count} null(s)", name)
+            cols.append(col.to_numpy())
+    except (ValueError, OSError, struct.error, IndexError, pa.ArrowException) as exc:
+        # ValueError: also a column name that is not UTF-8
         raise ProblemError(422, "Invalid Arrow body", detail=f"not an Arrow IPC stream: {exc}",
                            type="invalid-instances") from None
-    cols = []
-    for name, col in zip(table.column_names, table.columns, strict=True):
-        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
-            raise bad(f"column {name!r} has type {col.type}; features must be numbers", name)
-        if col.null_count:
-            raise bad(f"column {name!r} has {col.null_count} null(s)", name)
-        cols.append(col.to_numpy())
-    if not cols:
-        raise bad("the table has no columns", "body")
-    return np.column_stack(cols).astype(np.float64, copy=False)
+    return Columns(tuple(cols), table.num_rows)
+
+
+def arrow_batch_header(meta: bytes) -> tuple[int, bool]:
+    """``(rows, compressed)`` of an Arrow IPC record batch message from its flatbuffer
+    header (``Message.header`` -> ``RecordBatch.length`` and ``.compression``), without
+    reading its body. Raises ``struct.error`` / ``IndexError`` on a malformed header."""
+
+    def field(table: int, index: int) -> int | None:  # position of a table's field
+        vtable = table - struct.unpack_from("<i", meta, table)[0]
+        slot = 4 + 2 * index
+        if vtable < 0 or slot + 2 > struct.unpack_from("<H", meta, vtable)[0]:
+            return None
+        offset = struct.unpack_from("<H", meta, vtable + slot)[0]
+        return table + offset if offset else None
+
+    def ref(pos: int) -> int:  # where an offset field points
+        return pos + struct.unpack_from("<I", meta, pos)[0]
+
+    header = field(ref(0), 2)  # Message.header
+    if header is None:
+        raise IndexError("a record batch message without its header")
+    batch = ref(header)
+    length = field(batch, 0)  # RecordBatch.length (absent: 0)
+    rows = struct.unpack_from("<q", meta, length)[0] if length is not None else 0
+    if rows < 0:
+        raise IndexError(f"a record batch of {rows} rows")
+    return rows, field(batch, 3) is not None  # RecordBatch.compression
 
 
 def check_rows(n: int) -> None:
@@ -154,13 +240,18 @@ def check_rows(n: int) -> None:
                            type="too-many-instances", max_rows=max_rows)
 
 
-def to_matrix(rows: list[Any] | np.ndarray, n_features: int, raw: bytes = b"",
+def to_matrix(rows: list[Any] | np.ndarray | Columns, n_features: int, raw: bytes = b"",
               feature_names: tuple[str, ...] | None = None) -> Matrix:
     """The rows as float64 (dense ndarray, or CSR when any row is sparse), validated.
 
     ``raw`` is the JSON body the rows came from: a ``true``/``false`` token in it sends the
     rows to the cell-by-cell check (numpy would read booleans as 0 and 1).
     ``feature_names`` (the model's columns) lets object rows be keyed by name."""
+    if isinstance(rows, Columns):  # Arrow: one float64 matrix once the width is right
+        check_rows(rows.n_rows)
+        _check_width(len(rows.arrays), n_features)
+        return _finite_matrix(np.column_stack(rows.arrays).astype(np.float64, copy=False),
+                              n_features)
     if isinstance(rows, np.ndarray):
         check_rows(rows.shape[0])
         return _finite_matrix(rows, n_features)
@@ -213,10 +304,14 @@ def named_matrix(rows: list[Any], names: tuple[str, ...]) -> np.ndarray:
     return out
 
 
-def _finite_matrix(X: np.ndarray, n_features: int) -> np.ndarray:
-    if X.shape[1] != n_features:
-        raise bad(f"instances have {X.shape[1]} features; the model expects {n_features}",
+def _check_width(width: int, n_features: int) -> None:
+    if width != n_features:
+        raise bad(f"instances have {width} features; the model expects {n_features}",
                   "instances[0]")
+
+
+def _finite_matrix(X: np.ndarray, n_features: int) -> np.ndarray:
+    _check_width(X.shape[1], n_features)
     X = np.ascontiguousarray(X, dtype=np.float64)
     finite = np.isfinite(X)
     if not finite.all():

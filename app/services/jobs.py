@@ -27,8 +27,8 @@ from app.logs import current_request_id
 from app.models import Dataset, Job, JobKind, JobState, Tenant, utcnow
 from app.problems import ProblemError, scrub_detail
 from app.schemas.jobs import TrainRequestBase
+from app.services import algorithms, quotas, task_client
 from app.services import datasets as datasets_service
-from app.services import quotas, task_client
 from app.services.algorithms import ParamError, build_estimator, estimator_class
 from app.services.autoparams import auto_conflict, auto_defaults
 from app.services.cursors import as_utc, page, split_page
@@ -165,6 +165,7 @@ def create_job(session: Session, tenant: Tenant, body: TrainRequestBase,
                                         "features"}])
     params = body.param_values()
     check_partitions(params, training_rows(ds.n_rows, body))
+    check_for_data(body, ds)
     # the tenant's row lock makes concurrent submissions count one another's jobs
     session.execute(select(Tenant.id).where(Tenant.id == tenant.id).with_for_update())
     quotas.check_active_jobs(session, tenant.id)
@@ -200,6 +201,32 @@ def training_rows(n_rows: int, body: TrainRequestBase) -> int:
     if body.test_dataset_id is not None:
         return n_rows
     return n_rows - math.ceil((body.test_fraction or 0.2) * n_rows)
+
+
+def check_for_data(body: TrainRequestBase, ds: Dataset) -> None:
+    """Rules that need the dataset, before a job is queued (422 naming the field): the split
+    leaves a training row per class (at least two), and the parameters, each point of a
+    search grid included, keep a polynomial kernel in range on these features
+    (``app.services.algorithms.check_for_data``)."""
+    n_train, n_classes = training_rows(ds.n_rows, body), max(2, len(ds.classes or {}))
+    if n_train < n_classes:
+        msg = (f"test_fraction {body.test_fraction} leaves {n_train} of the dataset's "
+               f"{ds.n_rows} rows for training; {n_classes} classes need at least {n_classes}")
+        raise ProblemError(422, "Invalid training request", detail=msg, type="invalid-request",
+                           errors=[{"field": "test_fraction", "message": msg}])
+    given = body.param_values()
+    points = [(None, given)] if body.search is None else [
+        (sorted(point), {**given, **point}) for point in grid_points(body.search.grid)]
+    for keys, params in points:
+        try:
+            algorithms.check_for_data(body.algorithm, params, ds.n_features)
+        except ParamError as exc:
+            field = exc.field
+            if keys is not None and exc.field.removeprefix("params.") in keys:
+                field = "search.grid." + exc.field.removeprefix("params.")
+            raise ProblemError(422, "Invalid training parameters", detail=str(exc),
+                               type="invalid-params",
+                               errors=[{"field": field, "message": str(exc)}]) from exc
 
 
 def check_partitions(params: dict[str, Any], n_train: int) -> None:

@@ -1,6 +1,7 @@
 """Worker liveness as the API sees it: the heartbeat rows ``worker.liveness`` writes, and the
-number of jobs waiting. A worker is live while its last heartbeat is younger than three
-heartbeat periods."""
+number of the caller's jobs waiting. A worker is live while its last heartbeat is younger than
+three heartbeat periods. A tenant sees counts only (``GET /workers``): no host name, process id
+or other tenant's jobs."""
 
 from __future__ import annotations
 
@@ -20,17 +21,18 @@ STALE_PERIODS = 3
 
 @dataclass(frozen=True)
 class WorkerStatus:
+    """Liveness as a tenant may see it: counts only, no host names or process ids (those
+    stay in the ``workers`` table and the operator's ``/metrics``), and the tenant's jobs."""
+
     live: list[Worker]
     queued_jobs: int
     running_jobs: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"live": len(self.live), "queued_jobs": self.queued_jobs,
-                "running_jobs": self.running_jobs,
-                "workers": [{"id": w.id, "hostname": w.hostname, "pid": w.pid,
-                             "queue": w.queue, "concurrency": w.concurrency,
-                             "started_at": as_utc(w.started_at),
-                             "last_seen": as_utc(w.last_seen)} for w in self.live]}
+        seen = [as_utc(w.last_seen) for w in self.live]
+        return {"live": len(self.live), "slots": sum(int(w.concurrency or 0) for w in self.live),
+                "last_seen": max(seen) if seen else None, "queued_jobs": self.queued_jobs,
+                "running_jobs": self.running_jobs}
 
 
 def live_since() -> datetime:
@@ -47,10 +49,10 @@ def live_workers(session: Session) -> list[Worker]:
         .order_by(Worker.started_at.desc())))
 
 
-def status(session: Session) -> WorkerStatus:
-    """Live workers and the jobs waiting / running (all tenants: an operator's view)."""
+def status(session: Session, tenant_id: str) -> WorkerStatus:
+    """Live workers, and the tenant's jobs waiting / running."""
     counts = dict(session.execute(
-        select(Job.state, func.count()).where(Job.state.in_(
+        select(Job.state, func.count()).where(Job.tenant_id == tenant_id, Job.state.in_(
             (JobState.QUEUED, JobState.RUNNING, JobState.CANCELLING)))
         .group_by(Job.state)).all())
     return WorkerStatus(live_workers(session), int(counts.get(JobState.QUEUED, 0)),

@@ -129,14 +129,39 @@ def test_ten_megabyte_line(fresh, line: bytes, field: str, status: int) -> None:
     # default p from the cache: 1 KB holds a 16-row float32 kernel -> p = 14, 14^3 > 216
     ({"levels": 3, "cache_size": 0.001}, "params.levels"),
     ({"kernel": "linear", "n_partitions": 500}, "params.n_partitions"),
+    # values that used to pass and fail later in the worker (issue 36): past float64 in
+    # the kernel or the dual's constant, a step size the solver refuses, and a polynomial
+    # kernel within each bound but past the solver's range on 13 scaled features
+    ({"kernel": "poly", "coef0": 1e308, "gamma": 1.0}, "params.coef0"),
+    ({"kernel": "poly", "coef0": 1e11, "gamma": 1.0}, "params.coef0"),
+    ({"kernel": "poly", "gamma": 1e11, "degree": 3}, "params.gamma"),
+    ({"kernel": "linear", "lam": 1e308}, "params.lam"),
+    ({"kernel": "linear", "upsilon": 1e308}, "params.upsilon"),
+    ({"kernel": "rbf", "lam": 1e-300}, "params.lam"),
+    ({"kernel": "linear", "step_size": 2.0}, "params.step_size"),
 ])
 def test_invalid_training_parameters(fresh, datasets_dir, params, field) -> None:
+    _refused(fresh, datasets_dir, {"params": params, "test_fraction": 0.2}, field)
+
+
+@pytest.mark.parametrize(("request_", "field"), [
+    ({"test_fraction": 0.999}, "test_fraction"),  # no training row left of 270
+    ({"test_fraction": 0.9999999}, "test_fraction"),
+    ({"params": {"kernel": "poly", "gamma": 1.0},
+      "search": {"grid": {"coef0": [1.0, 1e11]}}}, "search.grid.coef0"),
+])
+def test_training_requests_the_data_cannot_serve(fresh, datasets_dir, request_, field) -> None:
+    _refused(fresh, datasets_dir, request_, field)
+
+
+def _refused(fresh, datasets_dir, request_: dict[str, Any], field: str) -> None:
+    """POST /train of ``request_`` on heart_scale is a 422 naming ``field``; no job."""
     client, tenant_id, nothing_stored = fresh
     from tests.service.jobs_helpers import upload
 
     heart = upload(client, datasets_dir, "heart_scale")
     r = client.post("/train", json={"dataset_id": heart["id"], "algorithm": "sodm",
-                                    "params": params, "test_fraction": 0.2})
+                                    **request_})
     problem = _problem(r, 422)
     assert problem["errors"][0]["field"] == field, problem
     assert client.delete(f"/datasets/{heart['id']}").status_code == 204

@@ -19,6 +19,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+# /predict's binary bodies (.npy, Arrow IPC) are sent as the bytes generated or given
+schemathesis.serializer.alias(["application/x-npy", "application/vnd.apache.arrow.stream"],
+                              "application/octet-stream")
+
 # examples per operation and mode; SODM_SCHEMATHESIS_EXAMPLES raises it for a longer run
 EXAMPLES = int(os.environ.get("SODM_SCHEMATHESIS_EXAMPLES", "25"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
@@ -51,3 +55,45 @@ def test_openapi_schema_fuzz(api_server: str, tenant: tuple[str, str], mode) -> 
         except Exception as exc:  # noqa: BLE001 - collect every failing operation
             failures.append(f"{op.method.upper()} {op.path}: {str(exc)[:1500]}")
     assert not failures, "\n\n".join(failures)
+
+
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    """A ``.npy`` header of float64 ``shape`` (no data): what a client declares."""
+    text = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {shape}, }}".encode()
+    text += b" " * ((64 - (10 + len(text) + 1) % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def test_known_hostile_families(api_server: str, tenant: tuple[str, str], datasets_dir) -> None:
+    """The families of issue 36 as explicit cases through the same checks: a LIBSVM file of
+    NUL bytes (was 500 ingest-crashed), a ``.npy`` header declaring 10^12 rows (was a 500),
+    parameters that passed and failed in the worker (now 422 at POST /train)."""
+    from tests.service.jobs_helpers import upload_as
+
+    schema = schemathesis.openapi.from_url(api_server + "/openapi.json")
+    auth = {"Authorization": f"Bearer {tenant[1]}"}
+    heart = upload_as(api_server, tenant, datasets_dir, "heart_scale")
+    train = schema["/train"]["POST"]
+    cases = [
+        (schema["/datasets"]["POST"].Case(
+            body={"file": b"\x00" * (100 << 10), "format": "libsvm"},
+            media_type="multipart/form-data"), 413),
+        (schema["/predict"]["POST"].Case(
+            body=_npy_header((10 ** 12, 13)) + b"\x00" * 104, media_type="application/x-npy",
+            query={"model_id": "00000000-0000-4000-8000-000000000000"}), 413),
+        (train.Case(body={"dataset_id": heart["id"], "params": {"kernel": "poly",
+                                                                 "coef0": 1e308}},
+                    media_type="application/json"), 422),
+        (train.Case(body={"dataset_id": heart["id"], "params": {"kernel": "poly", "gamma": 1,
+                                                                 "coef0": 1e11}},
+                    media_type="application/json"), 422),
+        (train.Case(body={"dataset_id": heart["id"], "params": {"kernel": "linear",
+                                                                 "upsilon": 1e308}},
+                    media_type="application/json"), 422),
+        (train.Case(body={"dataset_id": heart["id"], "test_fraction": 0.999},
+                    media_type="application/json"), 422),
+    ]
+    for case, status in cases:
+        case.headers = {**(case.headers or {}), **auth}
+        r = case.call_and_validate(base_url=api_server, headers=auth, checks=CHECKS, timeout=60)
+        assert r.status_code == status, (case.path, r.status_code, r.text[:500])

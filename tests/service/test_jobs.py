@@ -154,6 +154,29 @@ def test_baseline_algorithms_train_and_predict(client, worker, heart, algorithm,
     assert r.status_code == 200 and r.json()["labels"][0] in (-1, 1)
 
 
+EXTREME = {"lam": 1e12, "upsilon": 1e12, "theta": 0.999999}  # each within its bounds
+
+
+@pytest.mark.parametrize(("algorithm", "params", "fields"), [
+    # gamma "scale" is known only from the data: the fit's own range check names coef0
+    ("odm", {"kernel": "poly", "gamma": "scale", "coef0": 1e11}, {"params.coef0"}),
+    # DSVRG diverges (FloatingPointError)
+    ("sodm", {"kernel": "linear", **EXTREME}, {f"params.{k}" for k in EXTREME}),
+])
+def test_a_fit_that_overflows_fails_naming_a_parameter(client, worker, heart, algorithm,
+                                                       params, fields):
+    """Parameters that pass POST /train and still carry the fit out of float64: FAILED
+    with a 422 parameter problem naming the field and its value (was "internal error")."""
+    done = wait_job(client, submit(client, {"dataset_id": heart["id"], "algorithm": algorithm,
+                                            "params": params, "test_fraction": 0.25})["id"])
+    assert done["state"] == "FAILED" and done["attempt"] == 1, done
+    error = done["error"]
+    assert error["type"].endswith("/invalid-params") and error["status"] == 422, error
+    assert error["errors"][0]["field"] in fields, error
+    name = error["errors"][0]["field"].removeprefix("params.")
+    assert error["errors"][0]["value"] == params[name] and name in error["detail"], error
+
+
 def test_grid_search_picks_best_cv_params(client, worker, heart):
     grid = {"lam": [1.0, 1000.0], "theta": [0.1, 0.3]}
     done = wait_job(client, submit(client, {"dataset_id": heart["id"], "algorithm": "odm",

@@ -97,7 +97,8 @@ def test_worker_metrics_and_liveness_in_the_apis_one_scrape(observed, datasets_d
     ready = client.get("/readyz").json()
     assert ready["workers"] == {"live": 1}
     status = client.get("/workers").json()
-    assert status["live"] == 1 and status["workers"][0]["pid"] == worker.proc.pid
+    assert status["live"] == 1 and status["slots"] >= 1 and str(worker.proc.pid) not in \
+        json.dumps(status)  # counts, not the worker's host and process id
     ds = upload(client, datasets_dir, "heart_scale")
     job = submit(client, {"dataset_id": ds["id"], "algorithm": "odm"})
     assert wait_job(client, job["id"], timeout=180)["state"] == "SUCCEEDED"

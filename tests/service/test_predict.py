@@ -4,6 +4,7 @@ model, bad references)."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -153,3 +154,59 @@ def test_loaded_models_are_cached_in_the_api_process(start_api, client, tenant, 
                           headers={"Authorization": f"Bearer {tenant[1]}"}) as c:
             _problem(c.post("/predict", json={"model_id": mid, "instances": [row]}), 404,
                      "has no stored file")
+
+
+def _npy(header: bytes, data: bytes = b"") -> bytes:
+    """A ``.npy`` body with this header dictionary text (padded as numpy pads it)."""
+    pad = (64 - (10 + len(header) + 1) % 64) % 64
+    text = header + b" " * pad + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data
+
+
+def _arrow(table, compression: str | None = None) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_binary_bodies_are_checked_before_anything_is_allocated(client, heart_model):
+    """A ``.npy`` header or an Arrow batch declaring an enormous shape, a header numpy's own
+    parser trips over, a compressed Arrow batch (Arrow allocates its declared size before
+    decompressing): each a 4xx problem, and the API process answers as before."""
+    import pyarrow as pa
+
+    npy, arrow = ({"Content-Type": t} for t in ("application/x-npy",
+                                                 "application/vnd.apache.arrow.stream"))
+    mid = {"model_id": heart_model["id"]}
+
+    def post(body: bytes, headers: dict[str, str]):
+        return client.post("/predict", params=mid, content=body, headers=headers)
+
+    # 94.6 TiB declared: numpy allocated it before reading (a 500 MemoryError)
+    huge = b"{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000, 13), }"
+    _problem(post(_npy(huge, b"\0" * 104), npy), 413, "1000000000000 rows")
+    wide = b"{'descr': '<f8', 'fortran_order': False, 'shape': (2, 1000000000000000), }"
+    _problem(post(_npy(wide, b"\0" * 16), npy), 422, "the body holds 16")
+    # a header cut short: numpy's tokenizer raised TokenError (a 500)
+    _problem(post(_npy(b"{'descr': '<f8', 'fortran_order': False, 'shape': (2, 13"), npy),
+             422, "not a .npy")
+    _problem(post(b"PK\x03\x04" + b"\0" * 60, npy), 422, "archive")
+    cols = {f"f{j}": np.zeros(3) for j in range(13)}
+    _problem(post(_arrow(pa.table(cols), "lz4"), arrow), 422, "compressed")
+    # a batch header declaring 10^12 rows over buffers for 3: refused from the header
+    plain = bytearray(_arrow(pa.table(cols)))
+    batch = list(pa.ipc.MessageReader.open_stream(pa.py_buffer(bytes(plain))))[1]
+    meta = batch.metadata.to_pybytes()
+    at = bytes(plain).find(meta) + meta.find((3).to_bytes(8, "little"))
+    plain[at:at + 8] = (10 ** 12).to_bytes(8, "little")
+    _problem(post(bytes(plain), arrow), 413, "1000000000000 rows")
+    ok = post(_arrow(pa.table(cols)), arrow)
+    assert ok.status_code == 200 and len(ok.json()["labels"]) == 3, ok.text
+    rows = io.BytesIO()
+    np.save(rows, np.full((3, 13), 0.5))  # float64: the rows are a view of the body
+    same = post(rows.getvalue(), npy)
+    assert same.status_code == 200 and len(same.json()["labels"]) == 3, same.text

@@ -4,6 +4,8 @@ the answer, tags and description by PATCH, list filters by dataset, name, alias 
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -147,6 +149,12 @@ def test_tags_description_and_list_filters(client, versions):
     _problem(client.patch(f"/models/{v1['id']}", json={"tags": [f"t{i}" for i in range(33)]}),
              422)
     _problem(client.patch(f"/models/{v1['id']}", json={"owner": "x"}), 422)
+    # a NUL reached Postgres' text column: a 500 (issue 36); control characters are refused
+    for text in ("nul\x00here", "bell\x07", "esc\x1b[31m"):
+        body = _problem(client.patch(f"/models/{v1['id']}", json={"description": text}), 422)
+        assert "description" in json.dumps(body["errors"]), body
+    r = client.patch(f"/models/{v1['id']}", json={"description": "two\nlines\tand a tab"})
+    assert r.status_code == 200 and r.json()["description"] == "two\nlines\tand a tab"
     _problem(client.get("/models", params={"tag": "no spaces"}), 422)
     _problem(client.patch("/models/no-such-model", json={"tags": []}), 404)
 

@@ -6,6 +6,7 @@ workers whose heartbeat is recent, and a QUEUED job says when no live worker wil
 from __future__ import annotations
 
 import io
+import json
 import lzma
 import uuid
 from datetime import timedelta
@@ -70,7 +71,8 @@ def test_another_tenants_request_id_is_never_recorded(api, api_as, make_tenant,
             s.get(Job, job_id).state = "CANCELLED"
 
 
-def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
+def test_queued_job_says_no_live_worker_until_one_beats(api, api_as, make_tenant,
+                                                        datasets_dir: Path,
                                                         private_queue: str) -> None:
     text = lzma.decompress((datasets_dir / "heart_scale.xz").read_bytes())
     ds = api.post("/datasets", files={"file": ("heart", io.BytesIO(text))},
@@ -83,6 +85,8 @@ def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
     assert api.get(f"/jobs/{job['id']}").json()["waiting"] == NO_WORKER
     status = api.get("/workers").json()
     assert status["live"] == 0 and status["queued_jobs"] >= 1
+    other = api_as(make_tenant()[1]).get("/workers").json()  # another tenant's jobs: not theirs
+    assert other["queued_jobs"] == 0 and other["running_jobs"] == 0
     assert api.get("/readyz").json()["workers"] == {"live": 0}
 
     period = get_settings().worker_heartbeat_seconds
@@ -92,7 +96,10 @@ def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
     try:
         assert api.get(f"/jobs/{job['id']}").json()["waiting"] is None
         status = api.get("/workers").json()
-        assert status["live"] == 1 and status["workers"][0]["id"] == "host-a:1"
+        assert status["live"] == 1 and status["slots"] == 2 and status["last_seen"]
+        # counts only: no host name or process id reaches a tenant
+        assert "host-a" not in json.dumps(status) and set(status) == {
+            "live", "slots", "last_seen", "queued_jobs", "running_jobs"}
         assert api.get("/readyz").json()["workers"] == {"live": 1}
         with session_scope() as s:  # three periods without a beat: dead
             s.get(Worker, "host-a:1").last_seen = utcnow() - timedelta(seconds=3.5 * period)

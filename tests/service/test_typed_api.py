@@ -24,8 +24,9 @@ from solver.formulation import ODMParams
 from tests.service.jobs_helpers import upload_as
 
 LIMITED = sorted({s.name for a in algorithms.ALGORITHMS.values() for s in a.params if s.limit})
-# the API takes n_jobs -1 (all cores) or 1..limit; the library any non-zero int
-SERVICE_STRICTER = {"n_jobs"}
+# the API takes n_jobs -1 (all cores) or 1..limit, the library any non-zero int; the API
+# keeps lam, upsilon, gamma and coef0 within 1e+-12, the library within float64's range
+SERVICE_STRICTER = {"n_jobs", "lam", "upsilon", "gamma", "coef0"}
 OPERATION_IDS = {
     "livez", "readyz", "metrics", "list_algorithms", "upload_dataset", "list_datasets",
     "get_dataset", "delete_dataset", "train", "list_jobs", "get_job", "cancel_job",
@@ -54,7 +55,10 @@ def _edges(spec: algorithms.ParamSpec) -> tuple[list, list]:
     step = 1 if spec.type is algorithms.ParamType.INTEGER else 1e-9
     if spec.minimum is not None:
         ok.append(spec.minimum if step == 1 else float(spec.minimum))
-        bad.append(spec.minimum - step)
+        bad.append(spec.minimum - max(step, abs(spec.minimum) * 1e-9))
+    if spec.maximum is not None:
+        ok.append(spec.maximum if step == 1 else float(spec.maximum))
+        bad.append(spec.maximum + max(step, abs(spec.maximum) * 1e-9))
     if spec.exclusive_minimum is not None:
         ok.append(spec.exclusive_minimum + step)
         bad.append(spec.exclusive_minimum)

@@ -1,6 +1,7 @@
-"""Worker faults on the real stack: a SIGKILLed pool child is retried and the job succeeds
-exactly once; a job that kills its worker on every attempt fails after max_attempts; a job
-whose enqueue was lost is re-sent by the reconciler."""
+"""Worker faults on the real stack: a SIGKILLed pool child's job runs again at once (its
+lease released by the worker's main process) and succeeds exactly once; a job that kills its
+worker on every attempt fails after max_attempts; a job whose enqueue was lost is re-sent by
+the reconciler."""
 
 from __future__ import annotations
 
@@ -77,11 +78,20 @@ def test_whole_worker_killed_new_worker_finishes(client, start_worker, guide, db
     assert n == 1 and owner.endswith(f":{second.children()[0].pid}")
 
 
-def test_killed_child_retried_and_succeeds_once(client, worker, guide, db):
+def test_killed_child_retried_and_succeeds_once(client, start_worker, guide, db):
+    """The main process releases the dead child's lease as it learns of the death, so the
+    requeued message is claimed at once: the second attempt starts long before the lease
+    (120 s here) would expire (it used to wait for that expiry and the reaper)."""
+    worker = start_worker(SODM_JOB_LEASE_SECONDS="120")
     # a job long enough to be killed mid-fit but short enough to finish on the retry
     job = submit(client, {"dataset_id": guide["id"], "algorithm": "odm", "params": SECONDS_ODM,
                           "test_fraction": 0.2, "name": "killed-once"})
     killed = _kill_running_child(client, worker, job["id"], 1)
+    killed_at = time.monotonic()
+    wait_job(client, job["id"], {"RUNNING", "SUCCEEDED"}, timeout=120,
+             pred=lambda j: j["attempt"] == 2)
+    assert time.monotonic() - killed_at < 60, "the retry waited for the lease to expire"
+    worker.wait_log(rf"pool child {killed} died running job {job['id']}: .*requeued")
     done = wait_job(client, job["id"], timeout=300)
     assert done["state"] == "SUCCEEDED", done["error"]
     assert done["attempt"] == 2

@@ -43,7 +43,6 @@ export function navigate(path, { replace = false } = {}) {
   const url = `${BASE}/dashboard${path}`;
   if (replace) history.replaceState(null, "", url); else history.pushState(null, "", url);
   route();
-watchWorkers(document.getElementById("workers"), () => Boolean(getKey()));
 }
 
 async function route() {
@@ -110,8 +109,9 @@ setUnauthorizedHandler(() => {
   clearKey();
   toast("Your API key was refused; please sign in again.");
   route();
-watchWorkers(document.getElementById("workers"), () => Boolean(getKey()));
 });
 
 route();
+// the header's worker status: one watcher for the tab's whole life (pages start and stop
+// their own polling through their AbortSignal)
 watchWorkers(document.getElementById("workers"), () => Boolean(getKey()));
