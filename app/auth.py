@@ -5,8 +5,9 @@
 cache (``app.services.cache``: entries live ``SODM_AUTH_CACHE_SECONDS`` and are dropped in
 every API process when the key is revoked), else in the database (on a thread, so the event
 loop never waits on it). A request without a valid key counts against its client address's
-allowance (an address that used it up is refused before its key is looked up); a valid one
-counts against its key's limit, weighted by the route's cost (``app.ratelimit``). It returns
+allowance (401, then 429 once it is used up); a valid key is never refused by its address's
+allowance, and its request counts against its key's limit, weighted by the route's cost and
+its body's bytes (``app.ratelimit``). It returns
 the key's ``Tenant`` (a detached copy: read its fields, do not add it to a session). The key
 itself is never logged or stored; problems name only what was wrong with it.
 """
@@ -21,7 +22,7 @@ from fastapi import Request
 from app.config import get_settings
 from app.models import Tenant
 from app.problems import ProblemError
-from app.ratelimit import Decision, limiter, route_cost
+from app.ratelimit import BodyCharge, Decision, body_bytes_read, limiter, route_cost
 from app.services import cache
 from app.services.apikeys import hash_key, looks_like_key, resolve_key
 
@@ -70,52 +71,59 @@ def _too_many(d: Decision, what: str) -> ProblemError:
                         retry_after_seconds=int(d.retry_after()))
 
 
-async def _limit_address(request: Request, count: bool) -> None:
-    """The client address's allowance for requests without a valid key: counted (a failed
-    request) or only checked (before a key is looked up); 429 when it is used up."""
+async def _limit_address(request: Request) -> None:
+    """Count a request without a valid key against its client address's allowance; 429
+    when it is used up (the caller raises its 401 otherwise)."""
     per_minute = get_settings().rate_limit_anonymous_per_minute
     if per_minute <= 0:
         return
     address = request.client.host if request.client else "unknown"
-    if count:
-        d = await limiter().hit("address", address, per_minute, 1)
-    else:
-        d = await limiter().peek("address", address, per_minute)
+    d = await limiter().hit("address", address, per_minute, 1)
     request.state.ratelimit = d
     if not d.allowed:
         raise _too_many(d, "requests without a valid key from one address")
 
 
+async def _charge_key(request: Request, key_id: str) -> None:
+    """Admit the request under its key's limit (``app.ratelimit``): its route's cost of the
+    body bytes read or declared so far, settled after the request against those read."""
+    per_minute = get_settings().rate_limit_per_minute
+    if per_minute <= 0:
+        return
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    cost = route_cost(request.method, route)
+    length = request.headers.get("content-length", "0")
+    declared = int(length) if length.isascii() and length.isdigit() else 0
+    estimate = cost.of(max(declared, body_bytes_read(request.scope)))
+    d = await limiter().hit("key", key_id, per_minute, estimate)
+    request.state.ratelimit = d
+    if not d.allowed:
+        raise _too_many(d, "cost units for this key")
+    request.state.body_charge = BodyCharge(key_id, per_minute, cost,
+                                           min(estimate, per_minute))
+
+
 async def current_tenant(request: Request) -> Tenant:
-    """FastAPI dependency: the tenant owning a valid, unrevoked key (else 401; 429 when the
-    key's or the address's rate limit is exhausted)."""
+    """FastAPI dependency: the tenant owning a valid, unrevoked key (else 401, or 429 once
+    the client address has used up its allowance for requests without a valid key; 429
+    when the key's rate limit has no room for the request)."""
     try:
         key = bearer_key(request)
     except ProblemError:
-        await _limit_address(request, count=True)
+        await _limit_address(request)
         raise
     key_hash = hash_key(key) if looks_like_key(key) else ""
     entry, due = cache.keys().lookup(key_hash) if key_hash else (None, False)
     if entry is None:
-        await _limit_address(request, count=False)
+        # looked up whatever the address has spent: its allowance never refuses a valid key
         entry = await cache.key_loader().load(key_hash, _lookup_of(key_hash, key)) \
             if key_hash else None
         if entry is None:
-            await _limit_address(request, count=True)
+            await _limit_address(request)
             raise _unauthorized("the API key is unknown, malformed or revoked")
-        request.state.ratelimit = None
     elif due:
         cache.key_loader().refresh(key_hash, _lookup_of(key_hash, key))
-    per_minute = get_settings().rate_limit_per_minute
-    if per_minute > 0:
-        route = getattr(request.scope.get("route"), "path", request.url.path)
-        length = request.headers.get("content-length", "0")
-        declared = int(length) if length.isascii() and length.isdigit() else 0
-        cost = route_cost(request.method, route, declared)
-        d = await limiter().hit("key", entry.key_id, per_minute, cost)
-        request.state.ratelimit = d
-        if not d.allowed:
-            raise _too_many(d, "cost units for this key")
+    await _charge_key(request, entry.key_id)
     request.state.tenant_id = entry.tenant_id
     request.state.key_prefix = entry.prefix
     return Tenant(id=entry.tenant_id, name=entry.tenant_name,
@@ -139,12 +147,10 @@ async def metrics_token(request: Request) -> None:
     if not token:
         raise ProblemError(404, "Not Found", detail="metrics are off: set SODM_METRICS_TOKEN",
                            type="about:blank")
-    await _limit_address(request, count=False)
     try:
         presented = bearer_key(request)
         if not secrets.compare_digest(presented.encode(), token.encode()):
             raise _unauthorized("wrong metrics scrape token")
     except ProblemError:
-        await _limit_address(request, count=True)
+        await _limit_address(request)
         raise
-    request.state.ratelimit = None

@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from app.config import get_settings
 
@@ -75,7 +76,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.environ["SODM_ACCESS_LOG"] = "0"
         get_settings.cache_clear()
     s = get_settings()
-    workers = max(1, int(args.workers))
+    workers = api_workers(args.workers)
     os.environ["SODM_API_WORKERS"] = str(workers)
     made = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -83,18 +84,46 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     try:
         uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
-                    workers=workers, proxy_headers=True,
-                    timeout_keep_alive=s.keep_alive_seconds, access_log=not args.no_access_log)
+                    workers=workers,
+                    access_log=False,  # app.logs writes one sodm.access line per request
+                    **uvicorn_options())
     finally:
         if made:
             shutil.rmtree(made, ignore_errors=True)
     return 0
 
 
-def api_command(host: str, port: int) -> list[str]:
-    """The uvicorn command line of one API process (``sodm run`` and the test stack)."""
-    return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
-            str(port), "--timeout-keep-alive", str(get_settings().keep_alive_seconds)]
+HTTP_PROTOCOL = "app.http_protocol:LimitedHttpToolsProtocol"
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """The uvicorn settings of every API process (``sodm serve``, ``sodm run``, the test
+    stack): our HTTP protocol (limits before parsing, deadlines, connections per address:
+    ``app.http_protocol``), the keep-alive, and no forwarded headers: uvicorn's own default
+    believes ``X-Forwarded-For`` from 127.0.0.1; the application believes it only from
+    ``SODM_TRUSTED_PROXIES`` (``app.main``), read in the API process itself."""
+    return {"http": HTTP_PROTOCOL, "timeout_keep_alive": get_settings().keep_alive_seconds,
+            "proxy_headers": False}
+
+
+def api_workers(asked: int | None = None) -> int:
+    """The API processes to start: ``--workers``, else ``SODM_API_WORKERS``, else one per
+    core (``app.cores.default_api_workers``)."""
+    from app.cores import default_api_workers
+
+    return max(1, int(asked or get_settings().api_workers or default_api_workers()))
+
+
+def api_command(host: str, port: int, workers: int = 1) -> list[str]:
+    """The uvicorn command line of the API (``sodm run`` and the test stack), with
+    ``uvicorn_options``: ``workers`` processes on one port (their environment needs
+    ``SODM_API_WORKERS`` to match). The per-request line is app.logs' ``sodm.access``, not
+    uvicorn's."""
+    o = uvicorn_options()
+    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
+           str(port), "--http", o["http"], "--timeout-keep-alive",
+           str(o["timeout_keep_alive"]), "--no-proxy-headers", "--no-access-log"]
+    return cmd + (["--workers", str(workers)] if workers > 1 else [])
 
 
 def worker_command(queue: str | None = None) -> list[str]:
@@ -281,14 +310,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     metrics_dir = s.data_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir.resolve())}
+    workers = api_workers(args.workers)
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir.resolve()),
+           "SODM_API_WORKERS": str(workers)}
+    if args.no_access_log:
+        env["SODM_ACCESS_LOG"] = "0"
     host, port = args.host or s.host, args.port or s.port
     shown = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-    sup = Supervisor([Child("API", api_command(host, port), env),
+    sup = Supervisor([Child("API", api_command(host, port, workers), env),
                       Child("worker", worker_command(), env)])
     signal.signal(signal.SIGINT, sup.forward)
     signal.signal(signal.SIGTERM, sup.forward)
-    print(f"Dashboard/API: {shown}", flush=True)
+    print(f"Dashboard/API: {shown} ({workers} API process{'es' if workers > 1 else ''})",
+          flush=True)
     print(f"API key: {key}", flush=True)
     print(f"""
   dashboard  {shown}/dashboard  (sign in with the key)
@@ -302,17 +336,22 @@ Ctrl-C stops the API and the worker.""", flush=True)
     return sup.run()
 
 
+def _serving_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--workers", type=int, default=None,
+                    help="API processes sharing the port (default: SODM_API_WORKERS, else "
+                         "one per core, at most 8); rate limits, caches and metrics stay "
+                         "correct across them with Redis")
+    sp.add_argument("--no-access-log", action="store_true",
+                    help="no sodm.access log line per request (SODM_ACCESS_LOG=0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sodm", description="SODM training service")
     sub = p.add_subparsers(dest="command", required=True)
     sp = sub.add_parser("serve", help="run the API (uvicorn)")
     sp.add_argument("--host")
     sp.add_argument("--port", type=int)
-    sp.add_argument("--workers", type=int, default=1,
-                    help="API processes sharing the port (rate limits, caches and metrics "
-                         "stay correct across them)")
-    sp.add_argument("--no-access-log", action="store_true",
-                    help="no uvicorn access log line per request")
+    _serving_options(sp)
     sp.set_defaults(func=_cmd_serve)
     sp = sub.add_parser("worker", help="run one Celery worker (concurrency 1)")
     sp.add_argument("--queue", help="queue name (default SODM_CELERY_QUEUE)")
@@ -362,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("run", help="quick start: migrate, create a key, API + one worker")
     sp.add_argument("--host")
     sp.add_argument("--port", type=int)
+    _serving_options(sp)
     sp.set_defaults(func=_cmd_run)
     return p
 

@@ -7,6 +7,7 @@ transport under ``SODM_DATA_DIR``); the real stack sets ``DATABASE_URL`` to Post
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -119,9 +120,10 @@ class Settings(BaseSettings):
     limit_line_bytes: int = Field(default=16 << 20, ge=64, alias="SODM_LIMIT_LINE_BYTES")
     limit_token_bytes: int = Field(default=4096, ge=32, alias="SODM_LIMIT_TOKEN_BYTES")
 
-    # serving (docs/serving.md): evaluation threads per API process (0: its cores divided
-    # by the API worker processes), micro-batching of small /predict requests
-    api_workers: int = Field(default=1, ge=1, alias="SODM_API_WORKERS")
+    # serving (docs/serving.md): API processes of sodm serve / sodm run (0: one per core,
+    # app.cores), evaluation threads per API process (0: its cores divided by the API
+    # processes), micro-batching of small /predict requests
+    api_workers: int = Field(default=0, ge=0, alias="SODM_API_WORKERS")
     predict_threads: int = Field(default=0, ge=0, alias="SODM_PREDICT_THREADS")
     predict_batch_rows: int = Field(default=64, ge=1, alias="SODM_PREDICT_BATCH_ROWS")
     predict_batch_wait_ms: float = Field(default=2.0, ge=0, le=50,
@@ -159,6 +161,30 @@ class Settings(BaseSettings):
     # above clients' and load balancers' idle timeouts, so the server never closes a
     # connection just as a client reuses it (the reused request then fails with a reset)
     keep_alive_seconds: int = Field(default=75, ge=1, alias="SODM_KEEP_ALIVE_SECONDS")
+    # the HTTP edge (app/http_protocol.py), enforced on the bytes as they arrive, before
+    # uvicorn's parser buffers them: request line (414), one header line and all header
+    # lines (431), line ends included; deadlines for slow senders (408): a request head
+    # within header_timeout_seconds of its first byte, a body within body_timeout_seconds
+    # plus 1 s per body_min_bytes_per_second bytes received (0: the body within
+    # body_timeout_seconds); open connections per client address and API process (429;
+    # 0: no cap; trusted proxies are exempt)
+    limit_request_line_bytes: int = Field(default=8192, ge=256,
+                                          alias="SODM_LIMIT_REQUEST_LINE_BYTES")
+    limit_header_bytes: int = Field(default=8192, ge=256, alias="SODM_LIMIT_HEADER_BYTES")
+    limit_header_block_bytes: int = Field(default=32768, ge=1024,
+                                          alias="SODM_LIMIT_HEADER_BLOCK_BYTES")
+    header_timeout_seconds: float = Field(default=15.0, gt=0, le=3600,
+                                          alias="SODM_HEADER_TIMEOUT_SECONDS")
+    body_timeout_seconds: float = Field(default=30.0, gt=0, alias="SODM_BODY_TIMEOUT_SECONDS")
+    body_min_bytes_per_second: int = Field(default=16384, ge=0,
+                                           alias="SODM_BODY_MIN_BYTES_PER_SECOND")
+    limit_connections_per_address: int = Field(default=32, ge=0,
+                                               alias="SODM_LIMIT_CONNECTIONS_PER_ADDRESS")
+    # reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed: addresses or
+    # networks, comma-separated (``*``: any). Empty (the default): the client address is the
+    # TCP peer and forwarded headers are ignored
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list,
+                                                            alias="SODM_TRUSTED_PROXIES")
     host: str = Field(default="127.0.0.1", alias="SODM_HOST")
     port: int = Field(default=8000, alias="SODM_PORT")
 
@@ -178,6 +204,23 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [o.strip() for o in text.split(",") if o.strip()]
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: Any) -> Any:
+        entries = value.split(",") if isinstance(value, str) else value
+        out = []
+        for entry in (str(e).strip() for e in entries or ()):
+            if not entry:
+                continue
+            if entry != "*":
+                try:
+                    entry = str(ipaddress.ip_network(entry, strict=False))
+                except ValueError as exc:
+                    raise ValueError(f"SODM_TRUSTED_PROXIES: {entry!r} is not an address, "
+                                     "a network or *") from exc
+            out.append(entry)
+        return out
 
     @property
     def resolved_database_url(self) -> str:

@@ -3,9 +3,12 @@ uvicorn's, Celery's), rendered by structlog as readable lines (``SODM_LOG_FORMAT
 default) or one JSON object per line (``json``), each with the context bound to the request
 or job being handled: ``request_id``, ``job_id``, ``attempt``.
 
-The API binds ``request_id`` per request (``RequestIdMiddleware``: the caller's
-``X-Request-ID`` or a new one, echoed on every response); the job row keeps it, and the
-worker binds it with the job id and attempt while it runs that job (``worker.tasks``).
+The API binds ``request_id`` per request (``RequestIdMiddleware``): always one it made (a
+random 32-hex id, sent back as ``X-Request-ID`` on every response), never the caller's, so
+one tenant cannot make its requests' lines, or its jobs, carry another tenant's request id.
+A caller's own ``X-Request-ID`` (when short printable ASCII) is kept beside it as
+``client_request_id``. The job row keeps ``request_id``, and the worker binds it with the job
+id and attempt while it runs that job (``worker.tasks``).
 """
 
 from __future__ import annotations
@@ -23,20 +26,21 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from structlog.contextvars import bind_contextvars, get_contextvars, reset_contextvars
 
+from app import access_log as access_lines
+
 REQUEST_ID_HEADER = "X-Request-ID"
-# a caller's id is kept when it is short printable ASCII without spaces; otherwise replaced
+# a caller's id is logged (as client_request_id) when short printable ASCII without spaces
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=@-]{1,128}$")
 # third-party loggers whose own handlers would bypass the root handler's format
 _REROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "celery", "celery.task")
 
-access_log = structlog.get_logger("sodm.access")
-_access = {"on": True}  # one line per request (configure(access=False): none)
+_access: dict[str, Any] = {"on": True, "fmt": "text"}  # configure(access=False): no lines
 
 
 def configure(fmt: str = "text", level: str | int = "INFO", access: bool = True) -> None:
     """Route every log record through one structlog-formatted handler on stderr; ``access``
     is whether the API logs one line per request."""
-    _access["on"] = access
+    _access["on"], _access["fmt"] = access, fmt
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -50,13 +54,17 @@ def configure(fmt: str = "text", level: str | int = "INFO", access: bool = True)
         # plain tracebacks: rich's would print every frame's local variables (keys, bodies)
         final = [structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback)]
-    formatter = structlog.stdlib.ProcessorFormatter(
+    # access lines arrive rendered and batched (app.access_log: the per-request cost)
+    formatter = access_lines.Formatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final])
-    handler = logging.StreamHandler(sys.stderr)
+    handler = access_lines.Handler(sys.stderr)
     handler.setFormatter(formatter)
     handler.sodm = True  # type: ignore[attr-defined] - ours, replaced on reconfiguration
     root = logging.getLogger()
+    for h in root.handlers:
+        if getattr(h, "sodm", False):
+            h.flush()  # what the replaced handler still holds
     root.handlers = [h for h in root.handlers if not getattr(h, "sodm", False)] + [handler]
     root.setLevel(level)
     for name in _REROUTED:
@@ -88,21 +96,24 @@ def bound(**context: Any) -> Iterator[None]:
         reset_contextvars(**tokens)
 
 
-def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
-    """The caller's ``X-Request-ID`` when acceptable, else a new random id."""
+def client_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The caller's ``X-Request-ID`` when acceptable (kept as ``client_request_id``)."""
     for name, value in headers:
         if name.lower() == b"x-request-id":
             text = value.decode("latin-1").strip()
-            if _VALID_REQUEST_ID.match(text):
-                return text
-            break
+            return text if _VALID_REQUEST_ID.match(text) else None
+    return None
+
+
+def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
 class RequestIdMiddleware:
-    """Pure ASGI: binds ``request_id`` for the request's log lines, keeps it in
-    ``scope["state"]`` (error handlers outside this middleware read it there), adds
-    ``X-Request-ID`` to the response and logs one access line."""
+    """Pure ASGI: binds a new ``request_id`` (and the caller's ``client_request_id``) for
+    the request's log lines, keeps it in ``scope["state"]`` (error handlers outside this
+    middleware read it there), adds ``X-Request-ID`` to the response and logs one access
+    line."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -111,7 +122,8 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = request_id_from(scope.get("headers") or [])
+        rid = new_request_id()
+        theirs = client_request_id(scope.get("headers") or [])
         scope.setdefault("state", {})["request_id"] = rid
         start = time.perf_counter()
         status = {"code": 500}
@@ -126,9 +138,9 @@ class RequestIdMiddleware:
 
         # Each request runs in its own task (its own context), so the binding ends with it;
         # it is not reset here so that an unhandled error is still logged with the id.
-        bind_contextvars(request_id=rid)
+        bind_contextvars(request_id=rid, **({"client_request_id": theirs} if theirs else {}))
         await self.app(scope, receive, send_with_id)
         if _access["on"]:
-            access_log.info("request", method=scope.get("method", ""), path=scope.get("path", ""),
-                            status=status["code"],
-                            duration_ms=round(1000 * (time.perf_counter() - start), 1))
+            access_lines.emit(_access["fmt"], method=scope.get("method", ""),
+                              path=scope.get("path", ""), status=status["code"],
+                              duration_ms=round(1000 * (time.perf_counter() - start), 1))

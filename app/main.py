@@ -16,29 +16,34 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from app import API_VERSION
 from app.auth import current_tenant, metrics_token
 from app.body_limit import BodyLimitMiddleware
 from app.config import get_settings
 from app.db import releasing
 from app.logs import RequestIdMiddleware, configure
 from app.observability import MetricsMiddleware, register_collectors
-from app.problems import install_problem_handlers
-from app.ratelimit import RateLimitHeadersMiddleware
+from app.problems import ERROR_SHAPES, install_problem_handlers
+from app.ratelimit import RateLimitMiddleware
 from app.routes import (
     algorithms,
     dashboard,
     datasets,
     docs,
     health,
+    invocations,
     jobs,
     models,
     predict,
     predictions,
     train,
+    v2,
 )
 from app.schemas.common import problem_responses
 from app.services.algorithms import ALGORITHM_NAMES
+from app.services.open_inference import error_response as oip_error_response
 
 DESCRIPTION = """Train and serve Optimal margin Distribution Machines with the SODM algorithms.
 
@@ -61,6 +66,8 @@ ROUTER_PROBLEMS = {
     "app.routes.models": problem_responses(*_AUTHED, 404),
     "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
     "app.routes.predictions": problem_responses(*_AUTHED, 404, 409),
+    "app.routes.invocations": problem_responses(*_AUTHED, 404, 413, 415),
+    "app.routes.v2": v2.RESPONSES,
 }
 
 
@@ -109,12 +116,14 @@ def create_app() -> FastAPI:
     settings = get_settings()
     configure(settings.log_format, settings.log_level, access=settings.access_log)
     # operationId = the route function's name (stable: generated clients' method names)
-    app = FastAPI(title="sodm", version="0.1.0", description=DESCRIPTION, docs_url=None,
+    app = FastAPI(title="sodm", version=API_VERSION, description=DESCRIPTION, docs_url=None,
                   redoc_url=None, generate_unique_id_function=lambda route: route.name,
                   lifespan=lifespan)
     install_problem_handlers(app, union_tags=ALGORITHM_NAMES)
-    for module in (health, algorithms, datasets, train, jobs, models, predict, predictions,
-                   dashboard, docs):
+    ERROR_SHAPES["/v2"] = oip_error_response  # the Open Inference Protocol's {"error"}
+    # the prediction routes first: a request is matched against the routes in this order
+    for module in (predict, v2, invocations, health, algorithms, datasets, train, jobs, models,
+                   predictions, dashboard, docs):
         for route in module.router.routes:
             if not isinstance(route, APIRoute):
                 continue
@@ -133,9 +142,12 @@ def create_app() -> FastAPI:
                            expose_headers=["Location", "Retry-After", "RateLimit",
                                            "RateLimit-Policy", "X-Request-ID"])
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_predict_body_bytes)
-    app.add_middleware(RateLimitHeadersMiddleware)
+    app.add_middleware(RateLimitMiddleware)
     app.add_middleware(MetricsMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries X-Request-ID
+    app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-ID
+    if settings.trusted_proxies:  # outermost: every layer sees the forwarded client address
+        app.add_middleware(ProxyHeadersMiddleware,
+                           trusted_hosts=",".join(settings.trusted_proxies))
     register_collectors()
     return app
 
@@ -154,8 +166,8 @@ def _document_security(app: FastAPI) -> None:
             schema = plain()
             schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEME
             schemas = schema["components"].setdefault("schemas", {})
-            schemas.update({k: v for k, v in predict.OPENAPI_SCHEMAS.items()
-                            if k not in schemas})
+            for extra in (predict.OPENAPI_SCHEMAS, v2.OPENAPI_SCHEMAS):
+                schemas.update({k: v for k, v in extra.items() if k not in schemas})
         return app.openapi_schema or plain()
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -17,6 +18,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 
 log = logging.getLogger("sodm.problems")
 
@@ -69,8 +71,18 @@ class ProblemError(Exception):
         return out
 
 
-def problem_response(problem: ProblemError, instance: str | None = None) -> JSONResponse:
-    """Render a ``ProblemError`` (``instance`` is usually the request path)."""
+# path prefix -> the error body a protocol's clients expect instead of problem+json (the
+# Open Inference Protocol's {"error": "..."}, app.routes.v2); set by app.main.create_app
+ERROR_SHAPES: dict[str, Callable[[ProblemError], Response]] = {}
+
+
+def problem_response(problem: ProblemError, instance: str | None = None) -> Response:
+    """Render a ``ProblemError`` (``instance`` is usually the request path): problem+json,
+    or the error shape registered in ``ERROR_SHAPES`` for the path's prefix."""
+    if instance is not None:
+        for prefix, render in ERROR_SHAPES.items():
+            if instance == prefix or instance.startswith(prefix + "/"):
+                return render(problem)
     return JSONResponse(jsonable_encoder(problem.body(instance)), status_code=problem.status,
                         media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers or None)
 
@@ -94,12 +106,12 @@ def _validation_error(e: dict[str, Any], tags: frozenset[str]) -> dict[str, Any]
     return out
 
 
-async def _problem_handler(request: Request, exc: ProblemError) -> JSONResponse:
+async def _problem_handler(request: Request, exc: ProblemError) -> Response:
     return problem_response(exc, request.url.path)
 
 
 def _validation_handler(tags: frozenset[str]):
-    async def handle(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def handle(request: Request, exc: RequestValidationError) -> Response:
         errors = [_validation_error(e, tags) for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or None
         if errors and all(e["type"] == "limit_exceeded" for e in errors):
@@ -113,7 +125,7 @@ def _validation_handler(tags: frozenset[str]):
     return handle
 
 
-async def _http_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_handler(request: Request, exc: StarletteHTTPException) -> Response:
     try:
         title = HTTPStatus(exc.status_code).phrase
     except ValueError:
@@ -125,7 +137,7 @@ async def _http_handler(request: Request, exc: StarletteHTTPException) -> JSONRe
     return problem_response(problem, request.url.path)
 
 
-async def _unhandled_handler(request: Request, exc: Exception) -> JSONResponse:
+async def _unhandled_handler(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     # Starlette answers this outside the middleware stack: the request id is added here
     rid = getattr(request.state, "request_id", None)

@@ -5,11 +5,19 @@ the broker when it is Redis; kept in the process's memory in the embedded quick 
 
 * ``key``: ``SODM_RATE_LIMIT_PER_MINUTE`` cost units per API key (0 turns it off); a
   request costs its route's weight (``ROUTE_COSTS``) plus one unit per ``per_bytes`` of
-  body, so a 10,000-row prediction or a dataset upload counts for more than a GET;
+  body, so a 10,000-row prediction or a dataset upload counts for more than a GET, and no
+  request costs more than the whole minute's budget (so every request the other limits
+  allow can pass, in a fresh window at worst). It is admitted when the window has room for
+  its cost estimated from the body bytes read or declared (``Content-Length``) by then, and
+  charged that; after it, the charge is settled against the bytes actually read
+  (``RateLimitMiddleware``: chunked bodies pay for their bytes). A refused request is
+  charged nothing (``CONDITIONAL_INCR``).
 * ``address``: ``SODM_RATE_LIMIT_ANONYMOUS_PER_MINUTE`` requests per client address for
-  requests without a valid key (missing, malformed, unknown or revoked). An address that has
-  used its allowance is refused before any key it sends is looked up, so guessing keys is
-  slow and costs the database nothing; valid keys never use the address's allowance.
+  requests without a valid key (missing, malformed, unknown or revoked); once it is used up
+  they are answered 429 instead of 401. Valid keys never use it and are never refused by it:
+  a key not yet cached is looked up (one indexed read) whatever its address has spent. The
+  address is the TCP peer, or the forwarded one when the peer is in
+  ``SODM_TRUSTED_PROXIES`` (``app.cli.uvicorn_options``).
 
 Every limited response carries the IETF draft headers (draft-ietf-httpapi-ratelimit-headers)
 ``RateLimit-Policy: "key";q=600;w=60`` and ``RateLimit: "key";r=599;t=42`` (remaining units,
@@ -56,6 +64,10 @@ class RouteCost:
 DEFAULT_COST = RouteCost(1)
 ROUTE_COSTS: dict[tuple[str, str], RouteCost] = {
     ("POST", "/predict"): RouteCost(1, per_bytes=100_000),
+    # the same evaluations in other protocols' formats (app.routes.v2, app.routes.invocations)
+    ("POST", "/v2/models/{name}/infer"): RouteCost(1, per_bytes=100_000),
+    ("POST", "/v2/models/{name}/versions/{version}/infer"): RouteCost(1, per_bytes=100_000),
+    ("POST", "/models/{name}/invocations"): RouteCost(1, per_bytes=100_000),
     ("POST", "/train"): RouteCost(10),
     ("POST", "/datasets"): RouteCost(10, per_bytes=1 << 20),
     ("GET", "/jobs/{job_id}/events"): RouteCost(5),
@@ -66,8 +78,32 @@ ROUTE_COSTS: dict[tuple[str, str], RouteCost] = {
 }
 
 
-def route_cost(method: str, route: str, body_bytes: int) -> int:
-    return ROUTE_COSTS.get((method, route), DEFAULT_COST).of(max(0, body_bytes))
+def route_cost(method: str, route: str) -> RouteCost:
+    return ROUTE_COSTS.get((method, route), DEFAULT_COST)
+
+
+BODY_BYTES = "body_bytes"  # scope["state"] key: the request body's bytes read so far
+
+
+def body_bytes_read(scope: Scope) -> int:
+    """The bytes of the request body the application has received so far
+    (``RateLimitMiddleware`` counts them)."""
+    return int(scope.get("state", {}).get(BODY_BYTES, 0))
+
+
+@dataclass(frozen=True)
+class BodyCharge:
+    """What a key was charged when its request was admitted (the route's cost of the body
+    bytes read then or declared by ``Content-Length``, at most ``per_minute``); once the
+    request is over it is settled against the bytes actually read (``RateLimitMiddleware``)."""
+
+    identity: str
+    per_minute: int
+    cost: RouteCost
+    charged: int
+
+    def owed(self, body_bytes: int) -> int:
+        return min(self.cost.of(body_bytes), self.per_minute) - self.charged
 
 
 @dataclass(frozen=True)
@@ -88,25 +124,62 @@ class Decision:
         return str(max(1, self.reset_seconds))
 
 
+# One count in one round trip (KEYS[1] the window; ARGV: expiry, amount, limit): a positive
+# amount is added only while the window's count stays within the limit (0: no limit), so a
+# refused request costs nothing; a negative one (a refund) lowers the count, never below 0,
+# and keeps the window's expiry. Returns {count, 1 if applied else 0}.
+CONDITIONAL_INCR = """
+local amount = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local current = tonumber(redis.call("get", KEYS[1]) or "0")
+if amount > 0 and limit > 0 and current + amount > limit then
+    return {current, 0}
+end
+if amount < 0 then
+    if current <= 0 then
+        return {0, 1}
+    end
+    local left = math.max(current + amount, 0)
+    redis.call("set", KEYS[1], left, "KEEPTTL")
+    return {left, 1}
+end
+current = redis.call("incrby", KEYS[1], amount)
+if current == amount then
+    redis.call("expire", KEYS[1], ARGV[1])
+end
+return {current, 1}
+"""
+
+
 class _Counting(FixedWindowRateLimiter):
-    """``limits``' fixed window, returning the window's count and expiry with the hit.
+    """``limits``' fixed window counted the way ``CONDITIONAL_INCR`` says, returning the
+    window's count and expiry with each count.
 
     One store round trip per request: the window's expiry is remembered per key in this
-    process (a hit whose count equals its cost opened the window, so it ends a window length
-    from now); it is read from the store only for a window another process opened."""
+    process (an applied count equal to its amount opened the window, so it ends a window
+    length from now); it is read from the store only for a window another process opened."""
 
     def __init__(self, storage: Any) -> None:
         super().__init__(storage)
         self._ends: dict[str, float] = {}
 
-    async def incr(self, key: str, expiry: int, cost: int) -> int:
-        return int(await self.storage.incr(key, expiry, amount=cost))
+    async def count(self, key: str, expiry: int, amount: int, limit: int) -> tuple[int, bool]:
+        """In this process's memory (the embedded quick start): one event loop, and the
+        memory storage's calls do not yield, so the check and the count are one step."""
+        current = int(await self.storage.get(key))
+        if amount > 0 and limit > 0 and current + amount > limit:
+            return current, False
+        if amount < 0:
+            return int(await self.storage.decr(key, -amount)) if current > 0 else 0, True
+        return int(await self.storage.incr(key, expiry, amount=amount)), True
 
-    async def hit_counted(self, item: Any, identity: str, cost: int) -> tuple[int, float]:
+    async def hit_counted(self, item: Any, identity: str, amount: int, limit: int
+                          ) -> tuple[int, bool, float]:
+        """(the window's count, whether ``amount`` was applied, when the window ends)."""
         key = item.key_for(identity)
-        count = int(await self.incr(key, item.get_expiry(), cost))
+        count, applied = await self.count(key, item.get_expiry(), amount, limit)
         now = time.time()
-        if count == cost:
+        if applied and amount > 0 and count == amount:
             end = now + item.get_expiry()
         else:
             end = self._ends.get(key, 0.0)
@@ -115,24 +188,26 @@ class _Counting(FixedWindowRateLimiter):
         if len(self._ends) > 100_000:
             self._ends.clear()
         self._ends[key] = end
-        return count, end
+        return count, applied, end
 
 
 class _CoalescedCounts(_Counting):
     """On Redis: the counts of concurrent requests travel together. While one round trip is
     in flight, new counts queue; the next round trip sends them all as one pipeline of
-    ``limits``' own increment script (the same keys, expiries and results as one call
-    each), so the Redis cost per request falls as concurrency rises."""
+    ``CONDITIONAL_INCR`` calls (the same results as one call each), so the Redis cost per
+    request falls as concurrency rises. ``round_trips`` counts the round trips made."""
 
     def __init__(self, storage: Any) -> None:
         super().__init__(storage)
-        self._queue: list[tuple[str, int, int, asyncio.Future]] = []
+        self._queue: list[tuple[str, int, int, int, asyncio.Future]] = []
         self._sending = False
+        self._script = storage.bridge.get_connection().register_script(CONDITIONAL_INCR)
+        self.round_trips = 0
 
-    async def incr(self, key: str, expiry: int, amount: int) -> int:
+    async def count(self, key: str, expiry: int, amount: int, limit: int) -> tuple[int, bool]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._queue.append((key, expiry, amount, fut))
+        self._queue.append((key, expiry, amount, limit, fut))
         if not self._sending:
             self._sending = True
             loop.create_task(self._send())
@@ -143,24 +218,26 @@ class _CoalescedCounts(_Counting):
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
+                self.round_trips += 1
                 try:
                     if len(batch) == 1:
-                        key, expiry, amount, _ = batch[0]
-                        counts = [await self.storage.incr(key, expiry, amount=amount)]
+                        key, expiry, amount, limit, _ = batch[0]
+                        results = [await self._script([bridge.prefixed_key(key)],
+                                                      [expiry, amount, limit])]
                     else:
                         pipe = bridge.get_connection().pipeline(transaction=False)
-                        for key, expiry, amount, _ in batch:
-                            await bridge.lua_incr_expire([bridge.prefixed_key(key)],
-                                                         [expiry, amount], client=pipe)
-                        counts = await pipe.execute()
+                        for key, expiry, amount, limit, _ in batch:
+                            await self._script([bridge.prefixed_key(key)],
+                                               [expiry, amount, limit], client=pipe)
+                        results = await pipe.execute()
                 except Exception as exc:  # noqa: BLE001 - each waiting request fails open
                     for *_, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
-                for (*_, fut), count in zip(batch, counts, strict=True):
+                for (*_, fut), (count, applied) in zip(batch, results, strict=True):
                     if not fut.done():
-                        fut.set_result(int(count))
+                        fut.set_result((int(count), bool(int(applied))))
         finally:
             self._sending = False
 
@@ -191,23 +268,30 @@ class Limiter:
         self._warned_at = -math.inf
 
     async def hit(self, policy: str, identity: str, per_minute: int, cost: int) -> Decision:
-        """Count ``cost`` units; allowed while the window's count stays within the limit."""
-        return await self._decide(policy, identity, per_minute, cost)
+        """Count ``cost`` units (at most ``per_minute``: any one request fits an empty
+        window) if the window still has room for them; a refused hit counts nothing."""
+        return await self._decide(policy, identity, per_minute, min(cost, per_minute))
 
     async def peek(self, policy: str, identity: str, per_minute: int) -> Decision:
         """The window's state without counting (allowed while a unit is left)."""
         return await self._decide(policy, identity, per_minute, 0)
 
-    async def _decide(self, policy: str, identity: str, per_minute: int, cost: int
-                      ) -> Decision:
+    async def settle(self, policy: str, identity: str, per_minute: int, amount: int) -> None:
+        """Add ``amount`` units (a refund when negative) whatever the window holds: the
+        difference between what a request was charged when admitted and what it cost."""
+        if amount:
+            await self._decide(policy, identity, per_minute, amount, unconditional=True)
+
+    async def _decide(self, policy: str, identity: str, per_minute: int, cost: int,
+                      unconditional: bool = False) -> Decision:
         item = RateLimitItemPerMinute(per_minute)
         try:
             if cost:
-                count, reset_at = await self.strategy.hit_counted(
-                    item, f"{policy}:{identity}", cost)
+                count, applied, reset_at = await self.strategy.hit_counted(
+                    item, f"{policy}:{identity}", cost, 0 if unconditional else per_minute)
             else:
                 key = item.key_for(f"{policy}:{identity}")
-                count = int(await self.storage.get(key)) + 1
+                count, applied = int(await self.storage.get(key)), True
                 reset_at = float(await self.storage.get_expiry(key))
         except Exception as exc:  # noqa: BLE001 - fail open, never a 500
             ERRORS.inc()
@@ -218,8 +302,8 @@ class Limiter:
                             type(exc).__name__)
             return Decision(policy, True, per_minute, per_minute, WINDOW_SECONDS)
         reset = max(0, math.ceil(reset_at - time.time()))
-        remaining = max(0, per_minute - count + (0 if cost else 1))
-        return Decision(policy, count <= per_minute, per_minute, remaining,
+        allowed = applied and (cost > 0 or count < per_minute)
+        return Decision(policy, allowed, per_minute, max(0, per_minute - count),
                         min(reset, WINDOW_SECONDS))
 
 
@@ -242,18 +326,36 @@ def reset() -> None:
     _limiter = None
 
 
-class RateLimitHeadersMiddleware:
-    """Adds the RateLimit headers of the request's decision (``scope["state"]``) to its
-    response, whatever the route returned."""
+class RateLimitMiddleware:
+    """Counts the request body's bytes as the application receives them, adds the RateLimit
+    headers of the request's decision (``scope["state"]["ratelimit"]``) to its response
+    whatever the route returned, and once the request is over settles its key's charge
+    (``scope["state"]["body_charge"]``) against the bytes read: a chunked body pays for its
+    bytes, a body cut short is refunded what it did not send."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        http = scope["type"] == "http"
-        await self.app(scope, receive, _with_headers(scope, send) if http else send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})
+        state[BODY_BYTES] = 0
 
+        async def counting() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                state[BODY_BYTES] += len(message.get("body", b""))
+            return message
 
+        try:
+            await self.app(scope, counting, _with_headers(scope, send))
+        finally:
+            charge: BodyCharge | None = state.get("body_charge")
+            if charge is not None:
+                await limiter().settle("key", charge.identity, charge.per_minute,
+                                       charge.owed(state[BODY_BYTES]))
 def _with_headers(scope: Scope, send: Send) -> Send:
     async def sender(message: Message) -> None:
         decision = scope.get("state", {}).get("ratelimit")

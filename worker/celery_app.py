@@ -15,6 +15,7 @@ from celery.signals import (
     setup_logging,
     worker_init,
     worker_process_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
     worker_shutting_down,
@@ -113,6 +114,14 @@ def _start_reaper(sender: object = None, **_: object) -> None:
 
     start_reaper_thread()
     liveness.start(int(getattr(getattr(sender, "controller", None), "concurrency", 0) or 1))
+
+
+@worker_process_shutdown.connect
+def _finish_mlflow_runs(**_: object) -> None:
+    """A pool child that ends gives the MLflow runs it still holds a few seconds."""
+    from worker import mlflow_tracking
+
+    mlflow_tracking.drain(10.0)
 
 
 @worker_shutdown.connect

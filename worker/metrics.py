@@ -24,3 +24,7 @@ QUEUE_WAIT = Histogram("sodm_worker_queue_wait_seconds",
 FIT_SECONDS = Histogram("sodm_worker_fit_seconds",
                         "Training time of the models produced (the model's train_seconds)",
                         buckets=_SECONDS)
+MLFLOW_RUNS = Counter("sodm_worker_mlflow_runs_total",
+                      "Training jobs logged to MLflow (MLFLOW_TRACKING_URI), by outcome "
+                      "(logged, failed: MLflow down or refusing; the job is not affected)",
+                      ["outcome"])

@@ -16,7 +16,7 @@ from app.db import session_scope
 from app.logs import bound
 from app.models import Job, JobState, Model, utcnow
 from app.services.cursors import as_utc
-from worker import metrics
+from worker import metrics, mlflow_tracking
 from worker.celery_app import celery_app
 from worker.lease import claim
 from worker.runner import run_claimed
@@ -48,6 +48,8 @@ def train_job(job_id: str) -> str:
             metrics.JOB_SECONDS.labels(state).observe(time.monotonic() - start)
             if state == JobState.SUCCEEDED:
                 _observe_fit(job_id)
+            if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+                mlflow_tracking.job_ended(job_id)  # committed; logged off this thread
             return state
 
 

@@ -1,9 +1,9 @@
 """Route: ``POST /predict`` by ``model_id`` or ``model`` (``name`` / ``name@version``).
 
-Asynchronous end to end: the body is parsed on the event loop (on a thread when large), the
-model row comes from the row cache, and the kernel sum runs on an evaluation thread, batched
-with other small requests for the same model (``app.services.batcher``). JSON in and out with
-orjson; ``.npy`` and Arrow IPC bodies take the model from the query string.
+Asynchronous end to end through ``app.services.serving`` (the path every prediction
+protocol shares: body decoded on the event loop or a thread, model row from the row cache,
+kernel sum micro-batched on an evaluation thread). JSON in and out with orjson; ``.npy`` and
+Arrow IPC bodies take the model from the query string.
 """
 
 from __future__ import annotations
@@ -12,20 +12,14 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
 
 from app.auth import current_tenant
 from app.models import Tenant
 from app.schemas.predict import PredictRequest, PredictResponse
-from app.services import instances, predictor
-from app.services import models as models_service
-from app.services.batcher import ClientGone, evaluations
+from app.services import instances
+from app.services.serving import serve
 
 router = APIRouter(tags=["predict"])
-
-# bodies larger than this are parsed on a thread, not on the event loop
-PARSE_INLINE_BYTES = 256 << 10
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 OPENAPI_BODY: dict[str, Any] = {
@@ -49,43 +43,14 @@ OPENAPI_SCHEMAS = {"PredictRequest": PredictRequest.model_json_schema(
     ref_template="#/components/schemas/{model}")}
 
 
-def _parse(body: bytes, content_type: str | None, query: dict[str, str]
-           ) -> instances.PredictBody:
-    return instances.parse_body(body, content_type, query)
+DECODER = instances.PredictDecoder()
 
 
 @router.post("/predict", response_model=PredictResponse, openapi_extra=OPENAPI_BODY)
 async def predict(request: Request, tenant: Tenant = Depends(current_tenant)) -> Response:
     """Labels and decision values of ``instances`` (JSON rows, or a ``.npy`` / Arrow body)."""
-    ev = evaluations()
-    ev.arriving += 1
-    try:
-        try:
-            body = await request.body()
-        except ClientDisconnect:  # the client left while sending: nobody to answer
-            return Response(status_code=499)
-        ctype = request.headers.get("content-type")
-        query = dict(request.query_params)
-        if len(body) > PARSE_INLINE_BYTES:
-            parsed = await run_in_threadpool(_parse, body, ctype, query)
-        else:
-            parsed = _parse(body, ctype, query)
-        m = await models_service.resolve_cached(tenant, parsed.model_id, parsed.model)
-        if len(body) > PARSE_INLINE_BYTES:
-            X = await run_in_threadpool(instances.to_matrix, parsed.rows, m.n_features, body,
-                                        m.feature_names)
-        else:
-            X = instances.to_matrix(parsed.rows, m.n_features, body, m.feature_names)
-    finally:
-        ev.arriving -= 1
-
-    async def connected() -> bool:
-        return not await request.is_disconnected()
-
-    try:
-        out = await predictor.predict(m, X, connected)
-    except ClientGone:  # nobody is waiting for a large request's answer: skip its work
+    served = await serve(request, tenant, DECODER)
+    if served is None:  # the client left: nobody to answer
         return Response(status_code=499)
-    return Response(orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY),
+    return Response(orjson.dumps(served.out, option=orjson.OPT_SERIALIZE_NUMPY),
                     media_type="application/json")
-

@@ -17,7 +17,6 @@ load. This is BentoML's adaptive batching and Triton's dynamic batcher, in a few
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -27,16 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from app.cores import available_cores
 from app.observability import PREDICT_BATCH
 
 
 def default_slots(workers: int) -> int:
     """Cores available to this process divided by the API worker processes (at least 1)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, workers))
+    return max(1, available_cores() // max(1, workers))
 
 
 class ClientGone(Exception):
@@ -183,7 +179,8 @@ def evaluations() -> Evaluations:
         from app.config import get_settings
 
         s = get_settings()
-        slots = s.predict_threads or default_slots(s.api_workers)
+        # SODM_API_WORKERS: set by sodm serve / sodm run for their processes (0: one)
+        slots = s.predict_threads or default_slots(s.api_workers or 1)
         if _current is not None:
             _current[1].pool.shutdown(wait=False)
         _current = (loop, Evaluations(slots, s.predict_batch_wait_ms / 1000.0,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -34,6 +35,7 @@ from pydantic import ValidationError
 from app.config import get_settings
 from app.problems import ProblemError
 from app.schemas.predict import PredictRequest
+from app.services.cache import ModelEntry
 
 JSON = "application/json"
 NPY = "application/x-npy"
@@ -69,7 +71,8 @@ def _envelope(data: Any) -> PredictRequest:
                            type="validation-error", errors=errors) from None
 
 
-def parse_body(body: bytes, content_type: str | None, query: dict[str, str]) -> PredictBody:
+def parse_body(body: bytes, content_type: str | None, query: Mapping[str, str]
+               ) -> PredictBody:
     """Split a request into the model reference and its rows (by media type)."""
     media = (content_type or JSON).split(";", 1)[0].strip().lower()
     if media == JSON or media.endswith("+json"):
@@ -88,6 +91,21 @@ def parse_body(body: bytes, content_type: str | None, query: dict[str, str]) -> 
                      "instances": []})
     X = _npy(body) if media == NPY else _arrow(body)
     return PredictBody(req.model_id, req.model, X)
+
+
+class PredictDecoder:
+    """``POST /predict``'s body format for ``app.services.serving`` (the three encodings
+    above; ``.npy`` and Arrow name the model in the query string)."""
+
+    def parse(self, body: bytes, headers: Mapping[str, str], query: Mapping[str, str]
+              ) -> PredictBody:
+        return parse_body(body, headers.get("content-type"), query)
+
+    def reference(self, parsed: PredictBody) -> tuple[str | None, str | None]:
+        return parsed.model_id, parsed.model
+
+    def matrix(self, parsed: PredictBody, model: ModelEntry, body: bytes) -> Matrix:
+        return to_matrix(parsed.rows, model.n_features, body, model.feature_names)
 
 
 def _npy(body: bytes) -> np.ndarray:
@@ -125,7 +143,8 @@ def _arrow(body: bytes) -> np.ndarray:
     return np.column_stack(cols).astype(np.float64, copy=False)
 
 
-def _check_rows(n: int) -> None:
+def check_rows(n: int) -> None:
+    """422 for no rows, 413 for more than ``SODM_MAX_PREDICT_ROWS``."""
     if n == 0:
         raise bad("instances is empty", "instances")
     max_rows = get_settings().max_predict_rows
@@ -143,9 +162,9 @@ def to_matrix(rows: list[Any] | np.ndarray, n_features: int, raw: bytes = b"",
     rows to the cell-by-cell check (numpy would read booleans as 0 and 1).
     ``feature_names`` (the model's columns) lets object rows be keyed by name."""
     if isinstance(rows, np.ndarray):
-        _check_rows(rows.shape[0])
+        check_rows(rows.shape[0])
         return _finite_matrix(rows, n_features)
-    _check_rows(len(rows))
+    check_rows(len(rows))
     if b"true" not in raw and b"false" not in raw:
         try:
             X = np.array(rows)

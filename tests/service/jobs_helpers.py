@@ -12,6 +12,9 @@ import numpy as np
 from sklearn.datasets import load_svmlight_file
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+# the Statlog heart attributes, in heart_scale's column order (CSV / Parquet copies of it)
+HEART_NAMES = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang",
+               "oldpeak", "slope", "ca", "thal"]
 
 # Parameters that keep the exact ODM solver busy for a minute or more on svmguide1 (~3 ms
 # per epoch here): a tolerance it never reaches, and an epoch budget that bounds the damage
@@ -100,3 +103,10 @@ def wait_no_delivery(broker_url: str, queue: str, job_id: str, timeout: float = 
             time.sleep(0.1)
     finally:
         r.close()
+
+
+def train_model(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """Submit a training job, wait for it to succeed and return its model."""
+    job = wait_job(client, submit(client, body)["id"])
+    assert job["state"] == "SUCCEEDED", job["error"]
+    return client.get(f"/models/{job['model_id']}").json()

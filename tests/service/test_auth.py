@@ -14,7 +14,9 @@ from app.db import session_scope
 from app.models import ApiKey
 from app.services.apikeys import KEY_RE, revoke_key
 
-PUBLIC = {("GET", "/livez"), ("GET", "/readyz")}
+# probes: ours and the Open Inference Protocol's server health and metadata
+PUBLIC = {("GET", "/livez"), ("GET", "/readyz"), ("GET", "/v2"), ("GET", "/v2/health/live"),
+          ("GET", "/v2/health/ready")}
 
 
 def _problem_401(r: httpx.Response) -> None:

@@ -12,18 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
+from tests.service.jobs_helpers import HEART_NAMES, load_libsvm, train_model, upload_as
 
-# the Statlog heart attributes, in heart_scale's column order
-NAMES = ["age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang",
-         "oldpeak", "slope", "ca", "thal"]
+NAMES = HEART_NAMES
 
 
 def _train(c: httpx.Client, dataset_id: str, name: str) -> dict:
-    job = wait_job(c, submit(c, {"dataset_id": dataset_id, "algorithm": "odm", "name": name,
-                                 "params": {"kernel": "rbf"}, "seed": 4})["id"])
-    assert job["state"] == "SUCCEEDED", job["error"]
-    return c.get(f"/models/{job['model_id']}").json()
+    return train_model(c, {"dataset_id": dataset_id, "algorithm": "odm", "name": name,
+                           "params": {"kernel": "rbf"}, "seed": 4})
 
 
 @pytest.fixture(scope="module")

@@ -68,14 +68,17 @@ def test_a_jobs_log_lines_are_found_by_its_request_id_in_both_processes(
         observed, datasets_dir: Path) -> None:
     api, worker, client = observed
     ds = upload(client, datasets_dir, "heart_scale")
-    rid = "follow-me-0001"
-    job = submit(client, {"dataset_id": ds["id"], "algorithm": "odm"}, **{"X-Request-ID": rid})
-    assert job["request_id"] == rid
+    theirs = "follow-me-0001"
+    job = submit(client, {"dataset_id": ds["id"], "algorithm": "odm"},
+                 **{"X-Request-ID": theirs})
+    rid = job["request_id"]  # the API's own id; the caller's is logged beside it
+    assert rid and rid != theirs
     done = wait_job(client, job["id"], timeout=180)
     assert done["state"] == "SUCCEEDED", done["error"]
 
     api_lines = [r for r in _json_lines(api.log_text()) if r.get("request_id") == rid]
-    assert any(r.get("path") == "/train" and r.get("status") == 202 for r in api_lines), \
+    assert any(r.get("path") == "/train" and r.get("status") == 202
+               and r.get("client_request_id") == theirs for r in api_lines), \
         api.log_text()[-3000:]
     worker_lines = _json_lines(worker.wait_log(
         re.escape(f"job {job['id']} attempt 1 ended SUCCEEDED")))

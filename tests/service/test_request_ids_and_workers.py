@@ -1,7 +1,7 @@
 """Request ids, worker liveness and the waiting notice, through the in-process API on the
-real Postgres: every answer carries ``X-Request-ID`` (the caller's when acceptable), the job
-keeps it, ``/workers`` and ``/readyz`` count the workers whose heartbeat is recent, and a
-QUEUED job says when no live worker will take it."""
+real Postgres: every answer carries ``X-Request-ID`` (one the API made; the caller's is only
+logged, as ``client_request_id``), the job keeps it, ``/workers`` and ``/readyz`` count the
+workers whose heartbeat is recent, and a QUEUED job says when no live worker will take it."""
 
 from __future__ import annotations
 
@@ -19,18 +19,55 @@ from app.models import Job, Worker, utcnow
 from app.services.workers import NO_WORKER
 
 
-def test_every_answer_carries_a_request_id(api, api_as) -> None:
-    mine = api.get("/datasets", headers={"X-Request-ID": "trace-42.a:b"})
-    assert mine.status_code == 200 and mine.headers["x-request-id"] == "trace-42.a:b"
+def test_every_answer_carries_a_request_id_of_our_own(api, api_as, caplog) -> None:
+    """Every answer's ``X-Request-ID`` is a fresh id the API made, never the caller's (one
+    tenant cannot make its lines or jobs carry another's id); the caller's acceptable
+    ``X-Request-ID`` is logged beside it as ``client_request_id``."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="sodm.access"):
+        mine = api.get("/datasets", headers={"X-Request-ID": "trace-42.a:b"})
+    assert mine.status_code == 200
+    ours = mine.headers["x-request-id"]
+    assert ours != "trace-42.a:b" and len(ours) == 32
+    line = next(r for r in caplog.records if r.name == "sodm.access"
+                and r.msg.get("client_request_id") == "trace-42.a:b")
+    assert line.msg["request_id"] == ours
     fresh = {api.get("/datasets").headers["x-request-id"] for _ in range(2)}
     assert len(fresh) == 2 and all(len(r) == 32 for r in fresh)
     bad = api.get("/datasets", headers={"X-Request-ID": "has spaces and {braces}"})
     assert bad.headers["x-request-id"] != "has spaces and {braces}"
     # problem answers too: 401 without a key, 404, 422
-    assert api_as(None).get("/datasets", headers={"X-Request-ID": "r401"}).headers[
-        "x-request-id"] == "r401"
-    assert api.get("/jobs/" + str(uuid.uuid4()), headers={"X-Request-ID": "r404"}).headers[
-        "x-request-id"] == "r404"
+    for r in (api_as(None).get("/datasets", headers={"X-Request-ID": "r401"}),
+              api.get("/jobs/" + str(uuid.uuid4()), headers={"X-Request-ID": "r404"})):
+        assert r.status_code in (401, 404) and len(r.headers["x-request-id"]) == 32
+
+
+def test_another_tenants_request_id_is_never_recorded(api, api_as, make_tenant,
+                                                      datasets_dir: Path,
+                                                      private_queue: str) -> None:
+    """Tenant B sends tenant A's request id as its own X-Request-ID: B's job and log lines
+    get an id of their own; A's id stays A's."""
+    text = lzma.decompress((datasets_dir / "heart_scale.xz").read_bytes())
+    ds = api.post("/datasets", files={"file": ("heart", io.BytesIO(text))},
+                  data={"format": "libsvm"}).json()
+    a = api.post("/train", json={"dataset_id": ds["id"], "algorithm": "odm"})
+    rid_a = a.headers["x-request-id"]
+    assert a.status_code == 202 and a.json()["request_id"] == rid_a
+    other = api_as(make_tenant()[1])
+    b = other.post("/train", json={"dataset_id": ds["id"], "algorithm": "odm"},
+                   headers={"X-Request-ID": rid_a})
+    assert b.status_code == 404  # not B's dataset, and B's answer is not A's id
+    assert b.headers["x-request-id"] != rid_a
+    ds_b = other.post("/datasets", files={"file": ("heart", io.BytesIO(text))},
+                      data={"format": "libsvm"}, headers={"X-Request-ID": rid_a}).json()
+    job_b = other.post("/train", json={"dataset_id": ds_b["id"], "algorithm": "odm"},
+                       headers={"X-Request-ID": rid_a})
+    assert job_b.status_code == 202
+    assert job_b.json()["request_id"] == job_b.headers["x-request-id"] != rid_a
+    with session_scope() as s:
+        for job_id in (a.json()["id"], job_b.json()["id"]):
+            s.get(Job, job_id).state = "CANCELLED"
 
 
 def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
@@ -40,9 +77,9 @@ def test_queued_job_says_no_live_worker_until_one_beats(api, datasets_dir: Path,
                   data={"format": "libsvm"}).json()
     r = api.post("/train", json={"dataset_id": ds["id"], "algorithm": "odm"},
                  headers={"X-Request-ID": "train-req-1"})
-    assert r.status_code == 202 and r.headers["x-request-id"] == "train-req-1"
+    assert r.status_code == 202
     job = r.json()
-    assert job["request_id"] == "train-req-1"
+    assert job["request_id"] == r.headers["x-request-id"] != "train-req-1"
     assert api.get(f"/jobs/{job['id']}").json()["waiting"] == NO_WORKER
     status = api.get("/workers").json()
     assert status["live"] == 0 and status["queued_jobs"] >= 1

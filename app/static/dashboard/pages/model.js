@@ -127,6 +127,28 @@ function predictBox(model) {
   btn, out);
 }
 
+// The URLs other clients call for this version (and for each alias pointing at it): the
+// Open Inference Protocol (KServe / Triton "V2") and MLflow's scoring protocol, same key.
+function clientUrls(model) {
+  const base = window.location.origin;
+  const refs = [`${model.name}@${model.version}`, ...(model.aliases || []).map((a) => `${model.name}@${a}`)];
+  const rows = [
+    ["Open Inference Protocol (V2)", h("code#v2-infer-url.wrap", {}, `POST ${base}/v2/models/${model.name}/versions/${model.version}/infer`)],
+    ["V2 metadata", h("code#v2-metadata-url.wrap", {}, `GET ${base}/v2/models/${model.name}/versions/${model.version}`)],
+    ["MLflow scoring", h("code#mlflow-url.wrap", {}, `POST ${base}/models/${refs[0]}/invocations`)],
+  ];
+  for (const ref of refs.slice(1)) {
+    rows.push([`Alias ${ref.split("@")[1]}`, h("code.wrap", {}, `POST ${base}/v2/models/${ref}/infer`), " · ",
+      h("code.wrap", {}, `POST ${base}/models/${ref}/invocations`)]);
+  }
+  return [
+    h("p.muted.small", {}, "Send the API key as Authorization: Bearer <key>. V2 takes one input X of shape [rows, ",
+      String(model.n_features), "] (FP64/FP32/INT) and answers label, decision_function",
+      model.params?.probability ? " and probabilities" : "", "; tritonclient's HTTP client works as is. MLflow takes dataframe_split, dataframe_records, instances, inputs or text/csv."),
+    dl(rows.map(([k, ...v]) => [k, v.length === 1 ? v[0] : v])),
+  ];
+}
+
 export async function renderModel(main, { id, signal, navigate }) {
   const m = await api(`/models/${id}`, { signal });
   document.title = `${m.name} v${m.version} · SODM`;
@@ -157,6 +179,7 @@ export async function renderModel(main, { id, signal, navigate }) {
     section("Margin distribution", marginSection(m.margin)),
     m.fit_info?.auto ? section("Automatic hyperparameters", autoSearch(m.fit_info)) : null,
     section("Predict", predictBox(m)),
+    section("From other clients", ...clientUrls(m)),
     section("Batch prediction", h("p.muted.small", {}, "Runs this model over every row of a stored dataset (in the background, any size); the result downloads as Parquet or CSV."), batchForm(m, navigate)),
     section("Registry", registrySection(m)),
     section("Details", dl([
