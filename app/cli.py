@@ -249,6 +249,17 @@ def _cmd_migrate(_: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_backfill_hashes(_: argparse.Namespace) -> int:
+    """Content hashes of the datasets stored before they existed (lineage)."""
+    from app.services.datasets import backfill_content_hashes
+
+    done, missing = backfill_content_hashes()
+    print(f"hashed {done} dataset(s)")
+    for dataset_id in missing:
+        _err(f"dataset {dataset_id}: stored files missing, not hashed")
+    return 1 if missing else 0
+
+
 def _cmd_create_key(args: argparse.Namespace) -> int:
     key = create_key(args.tenant, args.name)
     _err(f"created a key for tenant {args.tenant!r}; it is shown only this once:")
@@ -388,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=_cmd_spark_connect_ping)
     sp = sub.add_parser("migrate", help="alembic upgrade head (advisory-locked on Postgres)")
     sp.set_defaults(func=_cmd_migrate)
+    sp = sub.add_parser("backfill-hashes",
+                        help="compute the content hash of datasets stored without one")
+    sp.set_defaults(func=_cmd_backfill_hashes)
     sp = sub.add_parser("create-key", help="create an API key (printed once)")
     sp.add_argument("--tenant", required=True)
     sp.add_argument("--name", default="", help="a label for the key")

@@ -129,6 +129,35 @@ class Settings(BaseSettings):
     predict_batch_wait_ms: float = Field(default=2.0, ge=0, le=50,
                                          alias="SODM_PREDICT_BATCH_WAIT_MS")
 
+    # webhooks (docs/reliability.md, "Webhooks"): endpoints resolving to private, loopback,
+    # link-local or otherwise non-global addresses are refused unless allowed here; the
+    # worker's sender polls the outbox every webhook_poll_seconds, sends up to
+    # webhook_concurrency deliveries at once, each within webhook_timeout_seconds, and
+    # retries a failed one after each delay of the schedule in turn (about a day in all)
+    webhook_allow_private: bool = Field(default=False, alias="SODM_WEBHOOK_ALLOW_PRIVATE")
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=120,
+                                           alias="SODM_WEBHOOK_TIMEOUT_SECONDS")
+    webhook_poll_seconds: float = Field(default=1.0, gt=0, le=60,
+                                        alias="SODM_WEBHOOK_POLL_SECONDS")
+    webhook_concurrency: int = Field(default=4, ge=1, le=64, alias="SODM_WEBHOOK_CONCURRENCY")
+    webhook_retry_seconds: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [5.0, 60.0, 300.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
+                                 28800.0], alias="SODM_WEBHOOK_RETRY_SECONDS")
+    webhooks_per_tenant: int = Field(default=20, ge=1, alias="SODM_WEBHOOKS_PER_TENANT")
+
+    # margin monitoring (app.services.monitoring): served margins are counted per model in
+    # each API process and flushed to the database every monitor_flush_seconds into windows
+    # of monitor_window_seconds, the last monitor_retention_windows of them kept; a window
+    # of at least monitor_min_margins margins whose PSI against the training distribution
+    # reaches monitor_psi_threshold counts as drifted
+    monitor_window_seconds: int = Field(default=3600, ge=1, alias="SODM_MONITOR_WINDOW_SECONDS")
+    monitor_flush_seconds: float = Field(default=10.0, gt=0, le=3600,
+                                         alias="SODM_MONITOR_FLUSH_SECONDS")
+    monitor_retention_windows: int = Field(default=168, ge=1,
+                                           alias="SODM_MONITOR_RETENTION_WINDOWS")
+    monitor_psi_threshold: float = Field(default=0.2, gt=0, alias="SODM_MONITOR_PSI_THRESHOLD")
+    monitor_min_margins: int = Field(default=100, ge=1, alias="SODM_MONITOR_MIN_MARGINS")
+
     # spark backend (worker side); neither set = backend "spark" refused at POST /train
     spark_remote: str | None = Field(default=None, alias="SODM_SPARK_REMOTE")
     spark_master: str | None = Field(default=None, alias="SODM_SPARK_MASTER")
@@ -221,6 +250,14 @@ class Settings(BaseSettings):
                                      "a network or *") from exc
             out.append(entry)
         return out
+    @field_validator("webhook_retry_seconds", mode="before")
+    @classmethod
+    def _split_delays(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [float(v) for v in value.replace(",", " ").split()]
+        if isinstance(value, list) and any(float(v) < 0 for v in value):
+            raise ValueError("retry delays must not be negative")
+        return value
 
     @property
     def resolved_database_url(self) -> str:

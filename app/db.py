@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, func
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
@@ -31,6 +32,15 @@ def get_engine() -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def db_now(session: Session) -> Any:
+    """The database's clock for lease arithmetic (``now()`` inside the statement on
+    Postgres, so every process's leases are measured by one clock whatever its own says;
+    SQLite, the single-machine embedded stack, has no usable one: this process's)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return func.now()
+    return datetime.now(UTC)
 
 
 @lru_cache

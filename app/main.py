@@ -40,6 +40,7 @@ from app.routes import (
     predictions,
     train,
     v2,
+    webhooks,
 )
 from app.schemas.common import problem_responses
 from app.services.algorithms import ALGORITHM_NAMES
@@ -68,6 +69,7 @@ ROUTER_PROBLEMS = {
     "app.routes.predictions": problem_responses(*_AUTHED, 404, 409),
     "app.routes.invocations": problem_responses(*_AUTHED, 404, 413, 415),
     "app.routes.v2": v2.RESPONSES,
+    "app.routes.webhooks": problem_responses(*_AUTHED, 404, 409),
 }
 
 
@@ -77,15 +79,17 @@ GC_THRESHOLDS = (50_000, 20, 20)  # gc.set_threshold of an API process
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
-    ``app.services.batcher``), the cache-invalidation subscriber, the ingest forkserver
-    and the sweep of abandoned uploads; at shutdown, uploads still waiting for a parse slot
-    are failed."""
+    ``app.services.batcher``), the cache-invalidation subscriber, the ingest forkserver,
+    the sweep of abandoned uploads and the served margins' flusher
+    (``app.services.monitoring``); at shutdown, uploads still waiting for a parse slot are
+    failed."""
     from threadpoolctl import threadpool_limits
 
-    from app.services import ingest_process, ingest_queue, ingest_sweep, invalidation
+    from app.services import ingest_process, ingest_queue, ingest_sweep, invalidation, monitoring
 
     blas = threadpool_limits(1)
     invalidation.start()
+    monitoring.start()
     threading.Thread(target=ingest_process.warm, daemon=True, name="sodm-ingest-warm").start()
     ingest_sweep.start_thread()
     # Garbage collection paced for serving (docs/serving.md): the objects of startup
@@ -105,6 +109,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         invalidation.stop()
         ingest_sweep.stop_thread()
         ingest_queue.stop()
+        monitoring.stop()
         blas.restore_original_limits()  # an in-process app (tests) leaves BLAS as it was
         from app.observability import process_exiting
 
@@ -123,7 +128,7 @@ def create_app() -> FastAPI:
     ERROR_SHAPES["/v2"] = oip_error_response  # the Open Inference Protocol's {"error"}
     # the prediction routes first: a request is matched against the routes in this order
     for module in (predict, v2, invocations, health, algorithms, datasets, train, jobs, models,
-                   predictions, dashboard, docs):
+                   predictions, webhooks, dashboard, docs):
         for route in module.router.routes:
             if not isinstance(route, APIRoute):
                 continue

@@ -59,6 +59,25 @@ class DatasetState(StrEnum):
     FAILED = "failed"
 
 
+class WebhookEvent(StrEnum):
+    """What a webhook endpoint can subscribe to: a job ending (training or batch
+    prediction), and an alias of a model name set, moved or deleted."""
+
+    JOB_SUCCEEDED = "job.succeeded"
+    JOB_FAILED = "job.failed"
+    JOB_CANCELLED = "job.cancelled"
+    MODEL_ALIAS_MOVED = "model.alias_moved"
+
+
+class DeliveryStatus(StrEnum):
+    """A webhook delivery: PENDING (due now or at ``next_attempt_at``) -> DELIVERED (a 2xx)
+    | FAILED (the retry schedule ran out, or the endpoint was refused)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 class JobKind(StrEnum):
     TRAIN = "train"
     PREDICT = "predict"
@@ -98,6 +117,9 @@ class ApiKey(Base):
 
 class Dataset(Base):
     __tablename__ = "datasets"
+    __table_args__ = (
+        Index("ix_datasets_tenant_content", "tenant_id", "content_sha256"),
+    )
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(255))
@@ -108,7 +130,10 @@ class Dataset(Base):
     sparse: Mapped[bool] = mapped_column(Boolean, default=False)
     storage_path: Mapped[str] = mapped_column(Text)  # relative to SODM_DATA_DIR, derived from id
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
-    sha256: Mapped[str] = mapped_column(String(64), default="")
+    sha256: Mapped[str] = mapped_column(String(64), default="")  # of the uploaded bytes
+    # of the parsed content (rows, labels, values: app.services.content_hash); None until
+    # parsed, and for datasets stored before it existed until `sodm backfill-hashes`
+    content_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(16), default=DatasetState.READY,
                                        server_default=DatasetState.READY.value, index=True)
     # the problem+json body of a FAILED parse (None otherwise)
@@ -165,6 +190,10 @@ class Job(Base):
     # X-Request-ID of the POST /train that created the job: the worker logs it (app.logs)
     request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     model_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    # when the worker's webhook sender turned this job's terminal state into deliveries
+    # (app.services.webhooks.announce_jobs); NULL until then
+    announced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                          nullable=True, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -192,6 +221,10 @@ class Model(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     margin: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # the served-margin distribution y_hat * f(x) on the held-out rows, what live traffic
+    # is compared with (app.services.monitoring.Summary as JSON); None for models trained
+    # before it existed until GET /models/{id}/monitoring computes it once from the dataset
+    margin_reference: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     # how the model was fitted (the estimator's fit_info_ without its history): resolved
     # lam/gamma/theta, the "auto" search (CV table, CPU seconds, budget), calibration
     fit_info: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
@@ -260,3 +293,65 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow,
                                                 index=True)
+
+
+class Webhook(Base):
+    """A tenant's webhook endpoint: the URL, the events it wants and the secret its
+    deliveries are signed with (Standard Webhooks, ``app.services.webhooks``)."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (Index("ix_webhooks_tenant_created", "tenant_id", "created_at", "id"),)
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    secret: Mapped[str] = mapped_column(String(128))  # "whsec_" + base64 of the key
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event for one endpoint: the outbox row the worker's sender delivers and retries
+    (``worker.webhooks``); its id is the ``webhook-id`` header (receivers dedupe by it)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_hook_created", "webhook_id", "created_at", "id"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    status: Mapped[str] = mapped_column(String(16), default=DeliveryStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                             nullable=True)
+    # the endpoint's last HTTP status (None: no answer) and what went wrong, in words
+    last_status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                          nullable=True)
+
+
+class MarginWindow(Base):
+    """The margins ``y_hat * f(x)`` one API process served for one model in one window:
+    count, sum, sum of squares, how many fell inside the theta band and a histogram on the
+    fixed grid of ``app.services.monitoring`` (``SODM_MONITOR_WINDOW_SECONDS``). Each process
+    overwrites its own row as it flushes; a read adds the processes up. Rows older than
+    ``SODM_MONITOR_RETENTION_WINDOWS`` windows are deleted."""
+
+    __tablename__ = "margin_windows"
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True,
+                                                   index=True)
+    source: Mapped[str] = mapped_column(String(255), primary_key=True)  # host:pid
+    n: Mapped[int] = mapped_column(BigInteger, default=0)
+    total: Mapped[float] = mapped_column(Float, default=0.0)
+    total_sq: Mapped[float] = mapped_column(Float, default=0.0)
+    inside: Mapped[int] = mapped_column(BigInteger, default=0)
+    counts: Mapped[list[int]] = mapped_column(JSONType, default=list)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -3,7 +3,8 @@
 Request counters and latency histograms are labelled by the route *template* (``/jobs/{job_id}``,
 never the concrete path, so ids do not blow up cardinality). Job counts by state, the broker
 queue depth, the job leases held and the live workers are computed when ``/metrics`` is
-scraped. With ``PROMETHEUS_MULTIPROC_DIR`` set (``sodm serve --workers N``, ``sodm run``, the
+scraped, and so are the per-model gauges of the served margins. With
+``PROMETHEUS_MULTIPROC_DIR`` set (``sodm serve --workers N``, ``sodm run``, the
 compose file) every process (API processes, workers and their pool children) writes its
 samples to that directory and a scrape adds them up (``scrape_registry``).
 """
@@ -104,6 +105,50 @@ class JobsCollector(Collector):
                                     value=float(live))
 
 
+MARGIN_GAUGES = (
+    ("sodm_model_margins", "Margins served by the model in its newest window", "n"),
+    ("sodm_model_margin_mean", "Mean served margin y_hat*f(x) in the model's newest window",
+     "mean"),
+    ("sodm_model_margin_variance", "Variance of the served margins in the newest window",
+     "variance"),
+    ("sodm_model_margin_inside", "Share of served margins inside the theta band",
+     "inside"),
+    ("sodm_model_margin_psi", "PSI of the newest window's served margins against the "
+     "held-out distribution", "psi"),
+    ("sodm_model_margin_drift", "1 when the newest window's PSI reaches the threshold",
+     "drift"),
+)
+MARGIN_LABELS = ["model_id", "name", "version"]
+
+
+class MarginCollector(Collector):
+    """Per model served recently, its newest window of served margins against its
+    held-out reference (``app.services.monitoring``), every API process added up: computed
+    from the database at scrape time."""
+
+    def describe(self) -> Iterable[Any]:
+        for name, doc, _ in MARGIN_GAUGES:
+            yield GaugeMetricFamily(name, doc, labels=MARGIN_LABELS)
+
+    def collect(self) -> Iterable[Any]:
+        try:
+            from app.db import get_sessionmaker
+            from app.services.monitoring import newest_windows
+
+            with get_sessionmaker()() as s:
+                rows = newest_windows(s)
+        except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the DB is down
+            log.warning("margin gauges unavailable: %s", type(exc).__name__)
+            return
+        for name, doc, key in MARGIN_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=MARGIN_LABELS)
+            for m, stats in rows:
+                value = stats.get(key)
+                if value is not None:
+                    family.add_metric([m.id, m.name, str(m.version)], float(value))
+            yield family
+
+
 def worker_counts() -> tuple[int | None, int]:
     """(unexpired job leases, live workers); (None, 0) when the database is down."""
     try:
@@ -157,7 +202,7 @@ def queue_depth() -> int | None:
         return None
 
 
-_collector: JobsCollector | None = None
+_collectors: list[Collector] = []
 
 
 def multiprocess_dir() -> str | None:
@@ -174,6 +219,7 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     registry.register(JobsCollector())
+    registry.register(MarginCollector())
     return registry
 
 
@@ -186,8 +232,8 @@ def process_exiting() -> None:
 
 
 def register_collectors() -> None:
-    """Register the scrape-time collector once per process."""
-    global _collector
-    if _collector is None:
-        _collector = JobsCollector()
-        REGISTRY.register(_collector)
+    """Register the scrape-time collectors once per process."""
+    if not _collectors:
+        _collectors.extend((JobsCollector(), MarginCollector()))
+        for collector in _collectors:
+            REGISTRY.register(collector)

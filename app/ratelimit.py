@@ -75,6 +75,8 @@ ROUTE_COSTS: dict[tuple[str, str], RouteCost] = {
     ("DELETE", "/datasets/{dataset_id}"): RouteCost(2),
     ("DELETE", "/models/{model_id}"): RouteCost(2),
     ("POST", "/jobs/{job_id}/cancel"): RouteCost(2),
+    ("POST", "/webhooks"): RouteCost(5),  # resolves the URL's host
+    ("GET", "/models/{model_id}/monitoring"): RouteCost(2),  # reads every API's windows
 }
 
 

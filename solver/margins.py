@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["margin_stats", "margins"]
+__all__ = ["margin_stats", "margins", "served_margins"]
 
 _QUANTILES = (("min", 0.0), ("p05", 0.05), ("p25", 0.25), ("p50", 0.5), ("p75", 0.75),
               ("p95", 0.95), ("max", 1.0))
@@ -77,3 +77,20 @@ def margin_stats(estimator, X, y, bins: int = 40) -> dict[str, Any]:
             "above": above,
         },
     }
+
+
+def served_margins(F) -> np.ndarray:
+    """The margins ``y_hat * f(x)`` of served predictions, where ``y_hat`` is the predicted
+    label (no true label is known when serving): ``|f(x)|`` for two classes (``F`` of shape
+    ``(n,)`` or ``(n, 1)``); for more, every one-vs-rest problem's ``y_hat_k f_k(x)`` with
+    ``y_hat_k = +1`` for the predicted (argmax) class and -1 otherwise, flattened row by
+    row as ``margins`` does. Comparing their distribution on live traffic with the one on
+    held-out data shows a drift of the inputs without waiting for labels."""
+    F = np.asarray(F, dtype=np.float64)
+    if F.ndim == 1 or F.shape[1] == 1:
+        return np.abs(F.reshape(-1))
+    M = -F
+    rows = np.arange(F.shape[0])
+    top = np.argmax(F, axis=1)
+    M[rows, top] = F[rows, top]
+    return M.ravel()

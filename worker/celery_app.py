@@ -108,11 +108,13 @@ def _preload(**_: object) -> None:
 @worker_ready.connect
 def _start_reaper(sender: object = None, **_: object) -> None:
     """Every worker runs the reaper/reconciler in its main process (conditional updates make
-    concurrent reapers harmless) and writes its heartbeat (``worker.liveness``)."""
-    from worker import liveness
+    concurrent reapers harmless), writes its heartbeat (``worker.liveness``) and sends
+    webhook deliveries (``worker.webhooks``; claims make concurrent senders harmless)."""
+    from worker import liveness, webhooks
     from worker.reaper import start_reaper_thread
 
     start_reaper_thread()
+    webhooks.start()
     liveness.start(int(getattr(getattr(sender, "controller", None), "concurrency", 0) or 1))
 
 
@@ -126,10 +128,11 @@ def _finish_mlflow_runs(**_: object) -> None:
 
 @worker_shutdown.connect
 def _stop_reaper(**_: object) -> None:
-    from worker import liveness
+    from worker import liveness, webhooks
     from worker.reaper import stop_reaper_thread
 
     stop_reaper_thread()
+    webhooks.stop()
     liveness.stop()
 
 

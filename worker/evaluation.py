@@ -1,6 +1,7 @@
 """Held-out evaluation of a fitted classifier: accuracy, precision, recall, F1, ROC AUC from
 decision values, the confusion matrix (original label values), margin statistics, and for a
-model with probabilities (Platt) their calibration error (ECE, Brier, reliability bins)."""
+model with probabilities (Platt) their calibration error (ECE, Brier, reliability bins), and
+the served-margin reference of margin monitoring."""
 
 from __future__ import annotations
 
@@ -51,8 +52,12 @@ def _roc_points(y: np.ndarray, classes: np.ndarray, F: np.ndarray) -> dict[str, 
     return {"fpr": [round(float(v), 5) for v in fpr], "tpr": [round(float(v), 5) for v in tpr]}
 
 
-def evaluate(est: Any, X: Any, y: np.ndarray) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(metrics, margin)`` of ``est`` on labelled data X, y (original label values)."""
+def evaluate(est: Any, X: Any, y: np.ndarray
+             ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(metrics, margin, margin reference)`` of ``est`` on labelled data X, y (original
+    label values); the reference is the served-margin summary that live traffic is compared
+    with (``app.services.monitoring``)."""
+    from app.services.monitoring import model_theta, reference_of
     from solver.margins import margin_stats
 
     y = np.asarray(y)
@@ -90,7 +95,8 @@ def evaluate(est: Any, X: Any, y: np.ndarray) -> tuple[dict[str, Any], dict[str,
     if known.any():
         Xk = X[np.flatnonzero(known)] if not known.all() else X
         margin = margin_stats(est, Xk, y[known])
-    return jsonable(metrics), jsonable(margin)
+    reference = reference_of(F, model_theta(est), "held-out")
+    return jsonable(metrics), jsonable(margin), reference
 
 
 def n_support_vectors(est: Any) -> int:

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, or_, select, update
 
 from app.config import get_settings
-from app.db import session_scope
+from app.db import db_now, session_scope
 from app.models import Job, JobState, utcnow
 from app.problems import ProblemError
 from worker.history import MAX_TICKS, is_level, thin
@@ -76,15 +76,6 @@ class ClaimedJob:
                    test_fraction=float(req.get("test_fraction") or 0.2),
                    search=SearchPlan(dict(search["grid"]), int(search.get("folds") or 3))
                    if search else None)
-
-
-def db_now(session: Any) -> Any:
-    """The database's clock for lease arithmetic (``now()`` inside the statement on
-    Postgres, so every worker's leases are measured by one clock whatever its own says;
-    SQLite, the single-machine embedded stack, has no usable one: this process's)."""
-    if session.get_bind().dialect.name == "postgresql":
-        return func.now()
-    return utcnow()
 
 
 def owned(job_id: str, claim_worker: str, attempt: int):

@@ -190,10 +190,9 @@ def _log_model(client: Any, run_id: str, job: Job, model: Model) -> None:
 
 def _onnx(model: Model) -> Any:
     import onnx
-    from app.services.model_files import read_checked
 
-    from app.services.storage import file_of
+    from app.services import model_store
     from solver.export import to_onnx_bytes
 
-    est = read_checked(file_of(model), model.file_sha256, model.id)
+    est = model_store.load(model.id, model.file_sha256)
     return onnx.load_from_string(to_onnx_bytes(est, name=f"{model.name}-v{model.version}"))

@@ -333,13 +333,14 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     est, train_seconds = _train(hb, est, params, seed, data, lo, spark_scope, auto_info)
     check_going(hb)
     hb.report(0.92, "evaluating")
-    metrics, margin = evaluate(est, data.X_test, data.y_test)
+    metrics, margin, reference = evaluate(est, data.X_test, data.y_test)
     metrics["held_out"] = True
     if search_result is not None:
         metrics["search"] = jsonable(search_result)
     check_going(hb)
     hb.report(0.96, "saving model")
-    return _save(c, hb, est, params, metrics, margin, train_seconds)
+    return _save(c, hb, est, params, metrics, {"margin": margin, "margin_reference": reference},
+                 train_seconds)
 
 
 def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack
@@ -427,7 +428,7 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
 
 def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
-          metrics: dict[str, Any], margin: Any, train_seconds: float) -> str:
+          metrics: dict[str, Any], margins: dict[str, Any], train_seconds: float) -> str:
     """Commit the model's row and bytes with the job's success and tell the API processes;
     a job cancelled meanwhile stores nothing."""
     from app.services.algorithms import portable
@@ -444,7 +445,7 @@ def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
         "algorithm": c.algorithm, "backend": c.backend,
         "params": jsonable({**params, **resolved,
                             "random_state": est.get_params().get("random_state")}),
-        "metrics": metrics, "margin": margin, "fit_info": fit_info,
+        "metrics": metrics, **margins, "fit_info": fit_info,
         "n_features": int(est.n_features_in_),
         "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),

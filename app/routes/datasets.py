@@ -292,7 +292,7 @@ def list_datasets(cursor: str | None = None, limit: int = Query(default=50, ge=1
                   session: Session = Depends(get_session)) -> dict[str, Any]:
     """This tenant's datasets, newest first; pass ``next_cursor`` back as ``cursor``."""
     rows, next_cursor = datasets_service.list_datasets(session, tenant, cursor, limit)
-    return {"items": [datasets_service.dataset_out(d) for d in rows], "next_cursor": next_cursor}
+    return {"items": datasets_service.datasets_out(session, rows), "next_cursor": next_cursor}
 
 
 @router.get("/datasets/{dataset_id}", response_model=DatasetOut,

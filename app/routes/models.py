@@ -1,5 +1,6 @@
-"""Routes: ``/models`` list (filters: name, dataset, alias, tags), detail, PATCH (description,
-tags), file and ONNX downloads, delete; ``/models/{name}/aliases`` (list, PUT, DELETE)."""
+"""Routes: ``/models`` list (filters: name, dataset id or content hash, alias, tags), detail,
+PATCH (description, tags), file and ONNX downloads, served-margin monitoring, delete;
+``/models/{name}/aliases`` (list, PUT, DELETE)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from app.schemas.models import (
     ModelName,
     ModelOut,
     ModelPatch,
+    MonitoringOut,
     Tag,
 )
-from app.services import model_store, registry
+from app.services import margin_reference, model_store, monitoring, registry
 from app.services import models as models_service
 
 router = APIRouter(tags=["models"])
@@ -36,6 +38,10 @@ router = APIRouter(tags=["models"])
 def list_models(name: str | None = Query(default=None, max_length=200,
                                          pattern=MODEL_NAME_PATTERN),
                 dataset_id: str | None = Query(default=None, pattern=ID_PATTERN),
+                dataset_sha256: str | None = Query(
+                    default=None, pattern=r"^[0-9a-fA-F]{64}$",
+                    description="versions trained on a dataset with this content hash "
+                                "(the datasets' content_sha256)"),
                 alias: str | None = Query(default=None, pattern=ALIAS_PATTERN,
                                           description="versions this alias points at"),
                 tag: Annotated[list[Tag] | None, Query(
@@ -47,7 +53,7 @@ def list_models(name: str | None = Query(default=None, max_length=200,
     """Live model versions, newest first."""
     rows, next_cursor = models_service.list_models(session, tenant, cursor, limit, name=name,
                                                    dataset_id=dataset_id, alias=alias,
-                                                   tags=tag)
+                                                   tags=tag, dataset_sha256=dataset_sha256)
     return {"items": models_service.models_out(session, rows), "next_cursor": next_cursor}
 
 
@@ -95,6 +101,21 @@ def model_onnx(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
     data = models_service.onnx_bytes(m)
     return Response(data, media_type="application/octet-stream", headers={
         "Content-Disposition": f'attachment; filename="{m.name}-v{m.version}.onnx"'})
+
+
+@router.get("/models/{model_id}/monitoring", response_model=MonitoringOut)
+def model_monitoring(model_id: IdPath,
+                     windows: int = Query(default=24, ge=1, le=1000,
+                                          description="how many of the newest windows"),
+                     tenant: Tenant = Depends(current_tenant),
+                     session: Session = Depends(get_session)) -> dict:
+    """The margins ``y_hat * f(x)`` this model served (every API process), window by
+    window, against their distribution on its held-out data: mean, variance, share inside
+    the theta band, PSI and KS distance; ``drift`` is true for a window whose PSI reaches
+    the threshold."""
+    m = models_service.get_model(session, tenant, model_id)
+    margin_reference.ensure(session, m)
+    return monitoring.report(session, m, windows)
 
 
 @router.delete("/models/{model_id}", status_code=204)

@@ -34,10 +34,10 @@ from app.schemas.open_inference import (
     ServerMetadata,
     ServerReady,
 )
+from app.services import model_store
 from app.services import models as models_service
 from app.services import open_inference as oip
 from app.services.serving import serve
-from app.services.storage import file_of
 
 router = APIRouter(tags=["open inference protocol"])
 
@@ -174,8 +174,8 @@ def _metadata(session: Session, tenant: Tenant, ref: str) -> dict[str, Any]:
 
 def _ready(session: Session, tenant: Tenant, ref: str) -> dict[str, Any]:
     m = _model(session, tenant, ref)
-    if not file_of(m).is_file():
-        raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no file")
+    if not model_store.is_stored(session, m.id):
+        raise ProblemError(404, "Model file missing", detail=f"model {m.id} has no stored file")
     return {"name": m.name, "ready": True}
 
 

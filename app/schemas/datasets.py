@@ -22,6 +22,13 @@ class DatasetOut(BaseModel):
                                "parsing, the upload and its decompressed copy; once ready, "
                                "the stored files")
     sha256: str = Field(description="SHA-256 of the uploaded bytes")
+    content_sha256: str | None = Field(
+        default=None, description="SHA-256 of the parsed content (rows, labels, values in "
+        "the canonical form sodm-content-v1): the same data in CSV, LIBSVM or Parquet hashes "
+        "alike; null while parsing")
+    duplicate_of: str | None = Field(
+        default=None, description="the id of this tenant's earlier dataset with the same "
+        "content, if there is one")
     state: Literal["parsing", "ready", "failed"] = Field(
         description="parsing (rows, features and classes not known yet), ready (usable), "
                     "failed (refused: see problem)")

@@ -23,6 +23,19 @@ AliasName = Annotated[str, Path(pattern=ALIAS_PATTERN, description="an alias: a 
 Tag = Annotated[str, StringConstraints(pattern=TAG_PATTERN)]
 
 
+class DatasetLineage(BaseModel):
+    """The training dataset of a model version: what was in it, not only its id."""
+
+    id: str
+    name: str | None
+    content_sha256: str | None = Field(
+        description="SHA-256 of the dataset's parsed content (GET /models?dataset_sha256= "
+        "finds every version trained on it); null for a dataset stored before content "
+        "hashes until `sodm backfill-hashes` runs")
+    n_rows: int | None
+    n_features: int | None
+
+
 class ModelOut(BaseModel):
     """A trained model version with its held-out metrics, margin statistics and registry
     labels (the aliases that point at it, its tags and description)."""
@@ -33,6 +46,7 @@ class ModelOut(BaseModel):
     algorithm: str
     backend: str
     dataset_id: str
+    dataset: DatasetLineage
     job_id: str
     params: dict[str, Any]
     metrics: dict[str, Any]
@@ -93,3 +107,59 @@ class AliasOut(BaseModel):
 
 class AliasList(BaseModel):
     items: list[AliasOut]
+
+
+class MarginWindowOut(BaseModel):
+    """The served margins of one window (or of all windows together) against the
+    reference."""
+
+    n: int = Field(description="margins served (one per row; one per class and row for "
+                   "more than two classes)")
+    mean: float | None
+    variance: float | None
+    inside: float | None = Field(description="share inside the band [1-theta, 1+theta]")
+    psi: float | None = Field(description="population stability index against the "
+                              "reference, over its deciles")
+    ks: float | None = Field(description="Kolmogorov-Smirnov distance to the reference")
+    drift: bool | None = Field(description="psi >= psi_threshold with at least min_margins "
+                               "margins; null when there are fewer or no reference")
+
+
+class MarginWindowAt(MarginWindowOut):
+    start: datetime
+    end: datetime
+
+
+class MarginLive(MarginWindowOut):
+    counts: list[int] = Field(description="histogram on the grid (first: below its first "
+                              "edge, last: at or above its last)")
+
+
+class MarginReference(BaseModel):
+    n: int
+    mean: float | None
+    variance: float | None
+    inside: float | None
+    counts: list[int]
+    source: str | None = Field(description="held-out (the rows the job held out) or "
+                               "dataset-sample (computed later from the dataset)")
+
+
+class MonitoringOut(BaseModel):
+    """``GET /models/{id}/monitoring``."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    model_id: str
+    window_seconds: int
+    windows_asked: int
+    psi_threshold: float
+    min_margins: int
+    band: dict[str, float]
+    grid: dict[str, Any]
+    reference: MarginReference | None = Field(
+        description="the served-margin distribution on data the model was not trained on; "
+        "null when it cannot be computed (the dataset is gone)")
+    live: MarginLive = Field(description="all the windows below together")
+    windows: list[MarginWindowAt] = Field(description="newest first; windows without "
+                                          "traffic are left out")

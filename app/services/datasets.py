@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from app.config import get_settings
 from app.db import session_scope
@@ -181,7 +181,8 @@ def parse_and_store(dataset_id: str, upload: UploadDir, *, tenant_id: str, fmt: 
                 update(Dataset).where(_waiting(dataset_id))
                 .values(state=DatasetState.READY, n_rows=int(parsed.X.shape[0]),
                         n_features=int(parsed.X.shape[1]), classes=classes,
-                        sparse=meta["layout"] == "sparse", stored_bytes=stored)).rowcount
+                        sparse=meta["layout"] == "sparse", stored_bytes=stored,
+                        content_sha256=meta["content_sha256"])).rowcount
     except BaseException:
         storage.remove_dataset_files(dataset_id)
         raise
@@ -191,6 +192,29 @@ def parse_and_store(dataset_id: str, upload: UploadDir, *, tenant_id: str, fmt: 
         return
     log.info("dataset %s stored: %d x %d (%s, %s, %d bytes)", dataset_id, parsed.X.shape[0],
              parsed.X.shape[1], fmt, meta["layout"], stored)
+
+
+def backfill_content_hashes() -> tuple[int, list[str]]:
+    """Compute the content hash of every ready dataset stored without one (before the
+    column existed), streaming its stored rows; ``(hashed, ids whose files are missing)``.
+    Idempotent; ``sodm backfill-hashes`` runs it."""
+    with session_scope() as s:
+        ids = list(s.scalars(select(Dataset.id).where(
+            Dataset.content_sha256.is_(None), Dataset.state == DatasetState.READY,
+            Dataset.deleted_at.is_(None)).order_by(Dataset.created_at)))
+    done, missing = 0, []
+    for dataset_id in ids:
+        try:
+            digest = storage.stored_content_sha256(storage.dataset_dir(dataset_id))
+        except FileNotFoundError:
+            missing.append(dataset_id)
+            continue
+        with session_scope() as s:
+            s.execute(update(Dataset).where(Dataset.id == dataset_id,
+                                            Dataset.content_sha256.is_(None))
+                      .values(content_sha256=digest))
+        done += 1
+    return done, missing
 
 
 def mark_failed(dataset_id: str, problem: dict[str, Any]) -> bool:
@@ -304,12 +328,48 @@ def remove_files(dataset_id: str) -> None:
     UploadDir(dataset_id).remove()
 
 
+def duplicates_of(session: Session, rows: list[Dataset]) -> dict[str, str]:
+    """``{dataset id: the id of the tenant's earliest live dataset with the same content}``
+    for the rows that have such an earlier twin (one query for a page of rows)."""
+    hashes = {d.content_sha256 for d in rows if d.content_sha256}
+    if not hashes:
+        return {}
+    tenants = {d.tenant_id for d in rows}
+    twins = session.execute(
+        select(Dataset.id, Dataset.tenant_id, Dataset.content_sha256, Dataset.created_at)
+        .where(Dataset.tenant_id.in_(tenants), Dataset.content_sha256.in_(hashes),
+               Dataset.state == DatasetState.READY, Dataset.deleted_at.is_(None))
+        .order_by(Dataset.created_at, Dataset.id)).all()
+    first: dict[tuple[str, str], tuple[str, Any]] = {}
+    for twin_id, tenant_id, digest, created in twins:
+        first.setdefault((tenant_id, digest), (twin_id, as_utc(created)))
+    out = {}
+    for d in rows:
+        twin = first.get((d.tenant_id, d.content_sha256 or ""))
+        if twin is not None and twin[0] != d.id and twin[1] <= as_utc(d.created_at):
+            out[d.id] = twin[0]
+    return out
+
+
+def datasets_out(session: Session, rows: list[Dataset]) -> list[dict[str, Any]]:
+    """The API representation of a page of datasets (their duplicates in one query)."""
+    dups = duplicates_of(session, rows)
+    return [_out(d, dups.get(d.id)) for d in rows]
+
+
 def dataset_out(ds: Dataset) -> dict[str, Any]:
+    """One dataset (its earlier twin looked up in the row's own session)."""
+    session = object_session(ds)
+    return _out(ds, duplicates_of(session, [ds]).get(ds.id) if session is not None else None)
+
+
+def _out(ds: Dataset, duplicate_of: str | None) -> dict[str, Any]:
     return {"id": ds.id, "name": ds.name, "format": ds.format, "n_rows": ds.n_rows,
             "n_features": ds.n_features, "classes": ds.classes,
             "layout": "sparse" if ds.sparse else "dense", "size_bytes": ds.size_bytes,
             "stored_bytes": ds.stored_bytes,
-            "sha256": ds.sha256, "state": ds.state, "problem": ds.problem,
+            "sha256": ds.sha256, "content_sha256": ds.content_sha256,
+            "duplicate_of": duplicate_of, "state": ds.state, "problem": ds.problem,
             "created_at": as_utc(ds.created_at)}
 
 

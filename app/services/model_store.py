@@ -82,6 +82,13 @@ def read_bytes(session: Session, model_id: str, sha256: str) -> bytes:
     return data
 
 
+def is_stored(session: Session, model_id: str) -> bool:
+    """Whether the model's bytes are there (a model of the old layout whose file was lost
+    before migration 0011 has none)."""
+    return session.scalar(select(ModelBlob.model_id).where(
+        ModelBlob.model_id == model_id)) is not None
+
+
 def read(model_id: str, sha256: str) -> bytes:
     """``read_bytes`` in a read-only session of its own (serving, exports, batch jobs)."""
     from app.db import get_read_sessionmaker

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
+from app.models import Dataset, Model, ModelAlias, ModelTag, Tenant, utcnow
 from app.problems import ProblemError
 from app.schemas.models import ALIAS_PATTERN, MAX_VERSION
 from app.services import cache, model_store, registry
@@ -69,14 +69,18 @@ def resolve(session: Session, tenant: Tenant, model_id: str | None, ref: str | N
 
 def list_models(session: Session, tenant: Tenant, cursor: str | None, limit: int, *,
                 name: str | None = None, dataset_id: str | None = None,
-                alias: str | None = None, tags: list[str] | None = None
-                ) -> tuple[list[Model], str | None]:
-    """Live versions, newest first, filtered by name, dataset, alias and every tag given."""
+                alias: str | None = None, tags: list[str] | None = None,
+                dataset_sha256: str | None = None) -> tuple[list[Model], str | None]:
+    """Live versions, newest first, filtered by name, dataset (by id, or by content hash:
+    every dataset of the tenant with that content), alias and every tag given."""
     stmt = select(Model).where(Model.tenant_id == tenant.id, Model.deleted_at.is_(None))
     if name:
         stmt = stmt.where(Model.name == name)
     if dataset_id:
         stmt = stmt.where(Model.dataset_id == dataset_id)
+    if dataset_sha256:
+        stmt = stmt.where(Model.dataset_id.in_(select(Dataset.id).where(
+            Dataset.tenant_id == tenant.id, Dataset.content_sha256 == dataset_sha256.lower())))
     if alias:
         stmt = stmt.where(Model.id.in_(select(ModelAlias.model_id).where(
             ModelAlias.tenant_id == tenant.id, ModelAlias.alias == alias)))
@@ -136,16 +140,33 @@ async def resolve_cached(tenant: Tenant, model_id: str | None, ref: str | None) 
 
 
 def models_out(session: Session, rows: list[Model]) -> list[dict[str, Any]]:
-    """The API representation of a page of models (tags and aliases in two queries)."""
+    """The API representation of a page of models (tags, aliases and the datasets' lineage
+    in three queries)."""
     tags, aliases = registry.labels_of(session, [m.id for m in rows])
-    return [model_out(m, tags.get(m.id, []), aliases.get(m.id, [])) for m in rows]
+    lineage = dataset_lineage(session, {m.dataset_id for m in rows})
+    return [model_out(m, tags.get(m.id, []), aliases.get(m.id, []), lineage.get(m.dataset_id))
+            for m in rows]
 
 
-def model_out(m: Model, tags: list[str] | None = None,
-              aliases: list[str] | None = None) -> dict[str, Any]:
+def dataset_lineage(session: Session, ids: set[str]) -> dict[str, dict[str, Any]]:
+    """What each model shows of its training dataset: id, name, content hash, rows and
+    features (the dataset row stays after a delete: deletes are soft)."""
+    if not ids:
+        return {}
+    rows = session.execute(select(Dataset.id, Dataset.name, Dataset.content_sha256,
+                                  Dataset.n_rows, Dataset.n_features)
+                           .where(Dataset.id.in_(ids))).all()
+    return {i: {"id": i, "name": name, "content_sha256": digest, "n_rows": int(n),
+                "n_features": int(d)} for i, name, digest, n, d in rows}
+
+
+def model_out(m: Model, tags: list[str] | None = None, aliases: list[str] | None = None,
+              dataset: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "id": m.id, "name": m.name, "version": m.version, "algorithm": m.algorithm,
         "backend": m.backend, "dataset_id": m.dataset_id, "job_id": m.job_id,
+        "dataset": dataset or {"id": m.dataset_id, "name": None, "content_sha256": None,
+                               "n_rows": None, "n_features": None},
         "params": m.params or {}, "metrics": m.metrics or {}, "margin": m.margin or {},
         "fit_info": m.fit_info or {},
         "train_seconds": float(m.train_seconds or 0.0),

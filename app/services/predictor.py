@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from app.config import get_settings
-from app.services import model_store
+from app.services import model_store, monitoring
 from app.services.batcher import evaluations
 from app.services.evaluator import ServingModel
 from solver.calibration import platt_probabilities
@@ -60,11 +60,16 @@ def load(m: ModelLike) -> ServingModel:
     sm = cached(m.id)
     if sm is not None:
         return sm
-    sm = ServingModel(model_store.load(m.id, m.file_sha256))
+    return remember(m.id, ServingModel(model_store.load(m.id, m.file_sha256)))
+
+
+def remember(model_id: str, sm: ServingModel) -> ServingModel:
+    """Keep a prepared model in the cache (the least recently used one beyond
+    ``SODM_MODEL_CACHE_SIZE`` goes)."""
     limit = max(1, get_settings().model_cache_size)
     with _lock:
-        _cache[m.id] = sm
-        _cache.move_to_end(m.id)
+        _cache[model_id] = sm
+        _cache.move_to_end(model_id)
         while len(_cache) > limit:
             _cache.popitem(last=False)
     return sm
@@ -93,9 +98,11 @@ async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix,
                   wanted: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
     """Labels in the dataset's original label values plus decision values (``wanted``: see
     ``Evaluations.decision``), and class probabilities (columns in the model's class order)
-    when the model has them."""
+    when the model has them. Every route that predicts comes here, so the served margins
+    are recorded here (``app.services.monitoring``)."""
     sm = await load_async(m)
     F = await evaluations().decision(m.id, sm.decision, X, wanted)
+    monitoring.recorder().observe(m.id, monitoring.model_theta(sm.est), F)
     values: Any = F[:, 0] if len(sm.classes) == 2 else F
     platt = getattr(sm.est, "platt_", None)  # trained with probability=True
     return {"model_id": m.id, "model_name": m.name, "version": int(m.version),

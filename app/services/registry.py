@@ -16,7 +16,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.models import Model, ModelAlias, ModelTag, Tenant, utcnow
+from app.models import Model, ModelAlias, ModelTag, Tenant, WebhookEvent, utcnow
 from app.problems import ProblemError
 from app.services.cursors import as_utc
 
@@ -73,12 +73,15 @@ def set_alias(session: Session, tenant: Tenant, name: str, alias: str, *,
     m = _version_of(session, tenant, name, version, model_id)
     for _ in range(2):  # a concurrent PUT of the same alias may win the insert: then update
         row = session.get(ModelAlias, (tenant.id, name, alias))
+        before = None if row is None else row.model_id
         if row is None:
             row = ModelAlias(tenant_id=tenant.id, name=name, alias=alias, model_id=m.id,
                              updated_at=utcnow())
             session.add(row)
         else:
             row.model_id, row.updated_at = m.id, utcnow()
+        if before != m.id:
+            _announce(session, tenant, name, alias, m, before)
         try:
             session.commit()
         except IntegrityError:
@@ -93,12 +96,26 @@ def set_alias(session: Session, tenant: Tenant, name: str, alias: str, *,
 def delete_alias(session: Session, tenant: Tenant, name: str, alias: str) -> None:
     res = session.execute(delete(ModelAlias).where(
         ModelAlias.tenant_id == tenant.id, ModelAlias.name == name, ModelAlias.alias == alias)
-        .returning(ModelAlias.alias))
-    if res.first() is None:
+        .returning(ModelAlias.alias, ModelAlias.model_id))
+    res = res.first()
+    if res is None:
         session.rollback()
         raise _not_found(f"no alias {alias!r} of model {name!r}")
+    _announce(session, tenant, name, alias, None, res.model_id)
     session.commit()
     _moved(tenant, name)
+
+
+def _announce(session: Session, tenant: Tenant, name: str, alias: str, to: Model | None,
+              before: str | None) -> None:
+    """The ``model.alias_moved`` webhook event, in the transaction that moves the alias
+    (``to`` None: the alias was deleted)."""
+    from app.services import webhooks
+
+    webhooks.emit(session, tenant.id, WebhookEvent.MODEL_ALIAS_MOVED, {
+        "name": name, "alias": alias, "model_id": to.id if to is not None else None,
+        "version": int(to.version) if to is not None else None,
+        "previous_model_id": before})
 
 
 def _moved(tenant: Tenant, name: str) -> None:

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from app.config import get_settings
 from app.problems import ProblemError
+from app.services.content_hash import BLOCK_CELLS, ContentHasher, content_sha256
 from app.services.object_store import Location, get_store, local_location
 
 DATA_FILE = "data.parquet"
@@ -247,7 +248,8 @@ def write_dataset_files(directory: Path, X: np.ndarray | sp.csr_matrix, y: np.nd
                         extra_meta: dict[str, Any] | None = None,
                         row_group_size: int | None = None) -> dict[str, Any]:
     """Write ``data.parquet`` + ``meta.json`` into ``directory`` in the contract form;
-    returns the meta dict. ``y`` holds the original labels. ``row_group_size`` (rows; default
+    returns the meta dict (with the content hash, ``app.services.content_hash``). ``y``
+    holds the original labels. ``row_group_size`` (rows; default
     pyarrow's) sets how many splits Spark reads the file as."""
     n_rows, n_features = X.shape
     y, label_type = normalize_labels(np.asarray(y))
@@ -274,7 +276,8 @@ def write_dataset_files(directory: Path, X: np.ndarray | sp.csr_matrix, y: np.nd
     pq.write_table(table, directory / DATA_FILE, compression="zstd",
                    row_group_size=row_group_size)
     meta = {"layout": layout, "n_features": int(n_features), "n_rows": int(n_rows),
-            "label_type": label_type, "nnz": nnz, **(extra_meta or {})}
+            "label_type": label_type, "nnz": nnz,
+            "content_sha256": content_sha256(X, y, label_type), **(extra_meta or {})}
     (directory / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
     return meta
 
@@ -394,3 +397,19 @@ def iter_row_blocks(directory: Location | Path | str, row_ids: np.ndarray | None
         table = (pa.concat_tables(pending) if pending
                  else pf.schema_arrow.empty_table())
         yield _matrix(table, meta)
+
+
+def stored_content_sha256(directory: Location | Path | str) -> str:
+    """The content hash of a stored dataset, read back one block of rows at a time (what
+    the upload computed; ``sodm backfill-hashes`` fills it in for older datasets)."""
+    directory = as_location(directory)
+    meta = read_meta(directory)
+    y = load_labels(directory)
+    hasher = ContentHasher(int(meta["n_rows"]), int(meta["n_features"]), y,
+                           meta.get("label_type") or normalize_labels(y)[1])
+    n_rows = max(1, int(meta["n_rows"]))
+    per_row = (int(meta.get("nnz") or 0) / n_rows if meta["layout"] == "sparse"
+               else int(meta["n_features"]))  # cells or entries of an average row
+    for block in iter_row_blocks(directory, None, max(1, int(BLOCK_CELLS // max(1, per_row)))):
+        hasher.add_rows(block)
+    return hasher.hexdigest()

@@ -176,3 +176,59 @@ export function classBars(classes) {
       h("span.cb-count", {}, `${count.toLocaleString("en-US")} (${((100 * count) / total).toFixed(1)}%)`));
   }));
 }
+
+/**
+ * Live served margins y_hat·f(x) against the training (held-out) ones: both histograms on
+ * the monitoring grid as shares (step lines), the band [1-θ, 1+θ] shaded. ``edges`` are the
+ * inner edges; ``reference``/``live`` have one count more below and one above them.
+ */
+export function marginOverlay({ edges, reference, live, band }) {
+  const share = (c) => { const n = c.reduce((a, b) => a + b, 0); return c.map((v) => (n ? v / n : 0)); };
+  const ref = reference ? share(reference) : null;
+  const cur = share(live);
+  const nLive = live.reduce((a, b) => a + b, 0);
+  const svg = frame("Served margins, live against training",
+    `Shares of ${nLive} live margins and of the held-out margins in bins of ${fmtNum(edges[1] - edges[0])}; band shaded`);
+  svg.classList.add("margin-overlay");
+  svg.dataset.live = nLive;
+  // inner bin i of the grid is count i + 1; keep the bins where either has mass
+  const used = [];
+  for (let i = 0; i < edges.length - 1; i += 1) if (cur[i + 1] > 0 || (ref && ref[i + 1] > 0)) used.push(i);
+  let lo = used.length ? used[0] : 0;
+  let hi = used.length ? used[used.length - 1] + 1 : edges.length - 1;
+  lo = Math.max(0, lo - 2); hi = Math.min(edges.length - 1, hi + 2);
+  let x0 = edges[lo];
+  let x1 = edges[hi];
+  if (band) { x0 = Math.min(x0, band.lower - 0.1); x1 = Math.max(x1, band.upper + 0.1); }
+  const inner = (arr) => arr.slice(1, -1);
+  const ymax = Math.max(1e-6, ...inner(cur), ...(ref ? inner(ref) : []));
+  const yTicks = niceTicks(0, ymax, 4);
+  const y1 = Math.max(ymax, ...yTicks);
+  const sx = (x) => PAD.left + ((Math.min(Math.max(x, x0), x1) - x0) / (x1 - x0)) * (W - PAD.left - PAD.right);
+  const sy = (v) => H - PAD.bottom - (v / y1) * (H - PAD.top - PAD.bottom);
+  if (band) {
+    svg.append(s("rect", { x: sx(band.lower), y: PAD.top, width: Math.max(1, sx(band.upper) - sx(band.lower)),
+      height: H - PAD.top - PAD.bottom, class: "band" }, s("title", {}, `band [${fmtNum(band.lower)}, ${fmtNum(band.upper)}]`)));
+  }
+  axes(svg, { x0, x1, y0: 0, y1, xTicks: niceTicks(x0, x1, 8), yTicks, sx, sy, xLabel: "served margin ŷ·f(x)", yLabel: "share",
+    yFmt: (t) => `${Math.round(t * 1000) / 10}%` });
+  const step = (shares, cls, name) => {
+    let d = "";
+    for (let i = lo; i < hi; i += 1) {
+      const y = sy(shares[i + 1]).toFixed(1);
+      d += `${d ? "L" : "M"}${sx(edges[i]).toFixed(1)},${y}L${sx(edges[i + 1]).toFixed(1)},${y}`;
+    }
+    svg.append(s("path", { d, class: `line ${cls}`, "data-series": name }, s("title", {}, name)));
+  };
+  if (ref) step(ref, "series-2", "training (held-out)");
+  step(cur, "series-1", "live");
+  const legend = s("g", { class: "legend" });
+  [["live", "series-1"], ...(ref ? [["training (held-out)", "series-2"]] : [])].forEach(([name, cls], i) => {
+    const x = PAD.left + 8 + i * 110; // one row above the plot area
+    const y = PAD.top - 12;
+    legend.append(s("line", { x1: x, x2: x + 22, y1: y, y2: y, class: `line ${cls}` }));
+    legend.append(s("text", { x: x + 28, y: y + 4, class: "tick" }, name));
+  });
+  svg.append(legend);
+  return svg;
+}

@@ -4,7 +4,7 @@
 import { api, listAll, upload } from "../api.js";
 import { classBars } from "../charts.js";
 import { forgetDatasets } from "../store.js";
-import { dl, fmtBytes, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, section, stateBadge, table, toast } from "../ui.js";
+import { dl, fmtBytes, fmtDate, fmtNum, h, link, pageHeader, problemBox, progressBar, section, shortId, stateBadge, table, toast } from "../ui.js";
 
 function uploadForm(onDone) {
   // no ``accept`` filter: the API takes any file name (the format field names the format of a
@@ -123,6 +123,8 @@ export async function renderDataset(main, { id, signal, navigate }) {
       d.size_bytes !== undefined ? ["Size", fmtBytes(d.size_bytes)] : null,
       d.sparse !== undefined ? ["Stored as", d.sparse ? "sparse" : "dense"] : null,
       ["Dataset id", h("code", {}, d.id)],
+      d.content_sha256 ? ["Content SHA-256", h("code.wrap#content-sha", {}, d.content_sha256)] : null,
+      d.duplicate_of ? ["Same content as", link(`/datasets/${d.duplicate_of}`, shortId(d.duplicate_of))] : null,
       ["Created", fmtDate(d.created_at)],
     ])),
     ...[d.state === "failed" && d.problem ? section("Why it was refused", problemBox({ problem: d.problem, status: d.problem.status })) : null,

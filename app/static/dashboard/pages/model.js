@@ -3,7 +3,7 @@
 // download.
 
 import { api, download } from "../api.js";
-import { marginHistogram, rocCurve } from "../charts.js";
+import { marginHistogram, marginOverlay, rocCurve } from "../charts.js";
 import { autoSearch, calibration } from "../fitinfo.js";
 import { append, dl, fmtDate, fmtNum, fmtPct, h, link, pageHeader, problemBox, section, shortId, table, toast } from "../ui.js";
 import { batchForm } from "./predictions.js";
@@ -84,6 +84,51 @@ function marginSection(margin) {
       ["Quantiles", ["min", "p05", "p25", "p50", "p75", "p95", "max"].filter((k) => k in q).map((k) => `${k} ${fmtNum(q[k], 3)}`).join(" · ")],
       ["Margins", `${fmtNum(margin.n)}${margin.n_problems > 1 ? ` (${margin.n_problems} one-vs-rest problems)` : ""}`],
     ]));
+}
+
+function driftText(stats) {
+  if (stats.drift === true) return h("strong.bad", {}, "drift");
+  if (stats.drift === false) return "no drift";
+  return h("span.muted", {}, "—");
+}
+
+/** Served margins of live traffic against the held-out ones (GET /models/{id}/monitoring). */
+export function monitoringSection(mon) {
+  const live = mon.live;
+  if (!live.n) {
+    return h("p.muted#monitoring-empty", {}, `No predictions served in the last ${mon.windows_asked} windows of ${fmtNum(mon.window_seconds)} s.`);
+  }
+  const ref = mon.reference;
+  const row = (label, key, fmt = (v) => fmtNum(v, 4)) => [label, [h("strong", {}, live[key] === null ? "—" : fmt(live[key])),
+    ref && key in ref ? h("span.muted", {}, ` (training ${ref[key] === null ? "—" : fmt(ref[key])})`) : ""]];
+  return h("div.monitoring", {},
+    h("figure.chart-box.wide", { dataset: { chart: "margin-live" } },
+      marginOverlay({ edges: mon.grid.edges, reference: ref?.counts, live: live.counts, band: mon.band }),
+      h("figcaption", {}, `Served margins ŷ·f(x) of the last ${mon.windows_asked} windows (${fmtNum(live.n)} margins) against the held-out data${ref ? "" : " (no training reference: its dataset is gone)"}; the shaded band is [1−θ, 1+θ].`)),
+    dl([
+      row("Mean", "mean"), row("Variance", "variance"), row("Inside band", "inside", fmtPct),
+      ["PSI", [h("strong#monitoring-psi", {}, live.psi === null ? "—" : fmtNum(live.psi, 4)), ` (threshold ${fmtNum(mon.psi_threshold)})`]],
+      ["KS distance", live.ks === null ? "—" : fmtNum(live.ks, 4)],
+      ["Drift", h("span#monitoring-drift", {}, driftText(live))],
+    ]),
+    h("h3", {}, "Windows"),
+    table([
+      { label: "Start", cell: (w) => fmtDate(w.start) },
+      { label: "Margins", className: "num", cell: (w) => fmtNum(w.n) },
+      { label: "Mean", className: "num", cell: (w) => fmtNum(w.mean, 4) },
+      { label: "Variance", className: "num", cell: (w) => fmtNum(w.variance, 4) },
+      { label: "Inside band", className: "num", cell: (w) => fmtPct(w.inside) },
+      { label: "PSI", className: "num", cell: (w) => (w.psi === null ? "—" : fmtNum(w.psi, 4)) },
+      { label: "Drift", cell: (w) => driftText(w) },
+    ], mon.windows, { caption: "Served margins per window" }));
+}
+
+async function liveSection(m, signal) {
+  const box = h("div#monitoring", { "aria-live": "polite" }, h("p.muted", {}, "Loading…"));
+  api(`/models/${m.id}/monitoring`, { signal })
+    .then((mon) => box.replaceChildren(monitoringSection(mon)))
+    .catch((err) => { if (err?.name !== "AbortError") box.replaceChildren(problemBox(err)); });
+  return box;
 }
 
 function predictBox(model) {
@@ -177,6 +222,7 @@ export async function renderModel(main, { id, signal, navigate }) {
             ? `ROC AUC ${fmtNum(metrics.roc_auc)}; the API gives no curve points for this model.` : "Not available.")))),
     metrics.calibration ? section("Probabilities", calibration(metrics.calibration)) : null,
     section("Margin distribution", marginSection(m.margin)),
+    section("Live margins", await liveSection(m, signal)),
     m.fit_info?.auto ? section("Automatic hyperparameters", autoSearch(m.fit_info)) : null,
     section("Predict", predictBox(m)),
     section("From other clients", ...clientUrls(m)),
@@ -185,7 +231,9 @@ export async function renderModel(main, { id, signal, navigate }) {
     section("Details", dl([
       ["Model id", h("code", {}, m.id)],
       ["Algorithm", `${m.algorithm} (${m.backend})`],
-      ["Dataset", link(`/datasets/${m.dataset_id}`, shortId(m.dataset_id))],
+      ["Dataset", [link(`/datasets/${m.dataset_id}`, m.dataset?.name || shortId(m.dataset_id)),
+        m.dataset?.n_rows !== null && m.dataset?.n_rows !== undefined ? ` · ${fmtNum(m.dataset.n_rows)} rows × ${fmtNum(m.dataset.n_features)} features` : ""]],
+      ["Dataset content SHA-256", m.dataset?.content_sha256 ? h("code.wrap#dataset-sha", {}, m.dataset.content_sha256) : "—"],
       ["Job", link(`/jobs/${m.job_id}`, shortId(m.job_id))],
       ["Features", m.feature_names?.length ? [fmtNum(m.n_features), ": ", h("span#feature-names", {}, m.feature_names.join(", "))] : fmtNum(m.n_features)],
       ["Classes", (m.classes || []).map(String).join(", ")],
