@@ -171,6 +171,27 @@ def get_store() -> Store:
     return open_store(s.storage_url or None, Path(s.data_dir))
 
 
+class StoreError(RuntimeError):
+    """The configured store cannot be used (a bad URL, a missing bucket)."""
+
+
+def ensure(store: Store) -> None:
+    """Make sure the store can be written: its bucket exists (created when the URL says
+    ``allow_bucket_creation=true``; ``sodm migrate`` and ``sodm run`` call this)."""
+    if store.is_local:
+        Path(store.root).mkdir(parents=True, exist_ok=True)
+        return
+    bucket = store.root.split("/", 1)[0]
+    if store.fs.get_file_info(bucket).type != pafs.FileType.NotFound:
+        return
+    try:
+        store.fs.create_dir(bucket)
+    except OSError as exc:
+        raise StoreError(f"the bucket {bucket!r} of SODM_STORAGE_URL does not exist and "
+                           f"could not be created ({exc}); create it, or add "
+                           "allow_bucket_creation=true to the URL") from exc
+
+
 _HOST = Store(pafs.LocalFileSystem(), "/", "/")
 
 

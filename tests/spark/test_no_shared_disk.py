@@ -35,8 +35,6 @@ BUCKET = "sodm-test"
 def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A moto S3 server on 127.0.0.1 with an empty bucket; the environment that points
     the service at it."""
-    import boto3
-
     port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H",
@@ -53,9 +51,8 @@ def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
                 break
             assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
             time.sleep(0.2)
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                     aws_access_key_id="testing", aws_secret_access_key="testing"
-                     ).create_bucket(Bucket=BUCKET)
+        env = {"MOTO_ENDPOINT": endpoint}
+        _s3(env).create_bucket(Bucket=BUCKET)
         yield {**creds, "SODM_STORAGE_URL": f"s3://{BUCKET}/sodm?endpoint_override="
                                             f"127.0.0.1:{port}&scheme=http&region=us-east-1",
                "MOTO_ENDPOINT": endpoint}
@@ -65,12 +62,15 @@ def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         log.close()
 
 
-def _keys(env: dict[str, str], prefix: str) -> list[str]:
+def _s3(env: dict[str, str]):  # noqa: ANN202 - a boto3 S3 client
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=env["MOTO_ENDPOINT"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return boto3.client("s3", endpoint_url=env["MOTO_ENDPOINT"], region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def _keys(env: dict[str, str], prefix: str) -> list[str]:
+    pages = _s3(env).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
@@ -132,7 +132,7 @@ def test_the_service_runs_without_a_shared_disk(s3_env, stack_env, tenant, datas
             assert past.status_code == 416 and past.headers["content-type"].startswith(
                 "application/problem+json")
             csv = c.get(f"/predictions/{batch['id']}/result?format=csv").text.splitlines()
-            assert len(csv) == len(X) + 1 and csv[0].startswith("row_id")
+            assert len(csv) == len(X) + 1 and csv[0].startswith('"row_id"')
         api2 = _start(stack_env, tmp_path_factory.mktemp("api2-s3"),
                       {**common, "SODM_DATA_DIR": str(dirs["api2"])})
         with httpx.Client(base_url=api2.url, timeout=120, headers=auth) as c2:
@@ -149,3 +149,22 @@ def test_the_service_runs_without_a_shared_disk(s3_env, stack_env, tenant, datas
         api.stop()
         if api2 is not None:
             api2.stop()
+
+
+def test_migrate_creates_the_bucket_when_the_url_allows(s3_env, stack_env) -> None:
+    """``sodm migrate`` creates a missing bucket when ``SODM_STORAGE_URL`` says
+    ``allow_bucket_creation=true``; without it, it exits 2 with one line naming the bucket."""
+    import os
+
+    url = s3_env["SODM_STORAGE_URL"].replace(f"s3://{BUCKET}/", "s3://fresh-bucket/")
+    env = {**os.environ, **stack_env, **s3_env}
+    refused = subprocess.run([sys.executable, "-m", "app.cli", "migrate"],
+                             env={**env, "SODM_STORAGE_URL": url}, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert "'fresh-bucket'" in refused.stderr and "Traceback" not in refused.stderr
+    made = subprocess.run([sys.executable, "-m", "app.cli", "migrate"],
+                          env={**env, "SODM_STORAGE_URL": url + "&allow_bucket_creation=true"},
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert "fresh-bucket" in {b["Name"] for b in _s3(s3_env).list_buckets()["Buckets"]}
