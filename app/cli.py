@@ -243,9 +243,22 @@ def _cmd_spark_connect_ping(args: argparse.Namespace) -> int:
     return 0
 
 
+def ensure_store() -> None:
+    """The store of datasets and results exists (a bucket is created when its URL allows)."""
+    from app.services import object_store
+
+    try:
+        object_store.ensure(object_store.get_store())
+    except (ValueError, OSError) as exc:  # a malformed URL, an unreachable server
+        raise DataDirError(f"cannot use the store SODM_STORAGE_URL: {exc}") from exc
+    except object_store.StoreError as exc:
+        raise DataDirError(str(exc)) from exc
+
+
 def _cmd_migrate(_: argparse.Namespace) -> int:
     migrate()
     _err("database migrated to head")
+    ensure_store()
     return 0
 
 
@@ -313,6 +326,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise DataDirError(f"cannot create the data directory {s.data_dir} "
                            f"(SODM_DATA_DIR): {exc.strerror}") from exc
     migrate()
+    ensure_store()
     configure(s.log_format, s.log_level)  # after alembic, which sets up logging its own way
     key = create_key("default", "quick start")
     key_file = s.data_dir / "api-key"
@@ -397,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--port", type=int, default=port)
         sp.add_argument("--timeout", type=float, default=3.0)
         sp.set_defaults(func=_cmd_spark_connect_ping)
-    sp = sub.add_parser("migrate", help="alembic upgrade head (advisory-locked on Postgres)")
+    sp = sub.add_parser("migrate", help="alembic upgrade head (advisory-locked on Postgres); "
+                        "creates the storage bucket when SODM_STORAGE_URL allows")
     sp.set_defaults(func=_cmd_migrate)
     sp = sub.add_parser("backfill-hashes",
                         help="compute the content hash of datasets stored without one")
@@ -444,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class DataDirError(Exception):
-    """``SODM_DATA_DIR`` cannot be created or written."""
+    """``SODM_DATA_DIR`` cannot be created or written, or the store cannot be used."""
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
 
     data_dir: Path = Field(default=Path(".data"), alias="SODM_DATA_DIR")
+    # where datasets and prediction results are stored (app.services.object_store): unset,
+    # SODM_DATA_DIR on this host; s3://bucket/prefix for an S3-compatible bucket
+    storage_url: str | None = Field(default=None, alias="SODM_STORAGE_URL")
     database_url: str | None = Field(default=None, alias="DATABASE_URL")
     celery_broker_url: str | None = Field(default=None, alias="CELERY_BROKER_URL")
 

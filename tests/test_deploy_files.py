@@ -21,7 +21,8 @@ from app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 # Programs that come with the third-party images the compose file uses.
-IMAGE_PROGRAMS = {"postgres": {"pg_isready"}, "redis": {"redis-server", "redis-cli"}}
+IMAGE_PROGRAMS = {"postgres": {"pg_isready"}, "redis": {"redis-server", "redis-cli"},
+                  "minio": {"minio", "mc"}}
 
 
 def _sodm_subcommands() -> set[str]:
@@ -55,7 +56,8 @@ def _check_command(argv: list[str], service: str, subs: set[str]) -> None:
 
 def test_compose_has_every_service_with_healthchecks() -> None:
     services = _compose()["services"]
-    assert {"api", "worker", "migrate", "postgres", "redis", "spark-connect"} <= set(services)
+    assert {"api", "worker", "migrate", "postgres", "redis", "minio",
+            "spark-connect"} <= set(services)
     for name, svc in services.items():
         if name != "migrate":
             assert "healthcheck" in svc, f"{name} has no healthcheck"
@@ -92,7 +94,8 @@ def test_compose_services_use_the_real_stack_settings() -> None:
 
 def test_compose_offers_a_standalone_cluster() -> None:
     """A master and two workers of the one image (profile spark-cluster) next to Connect;
-    the workers register with the master by its service name and read the data volume."""
+    the workers register with the master by its service name and hold the bucket's keys
+    (their executors read datasets from it)."""
     services = _compose()["services"]
     master = services["spark-master"]
     assert master["command"][:2] == ["sodm", "spark-master"]
@@ -101,7 +104,7 @@ def test_compose_offers_a_standalone_cluster() -> None:
     for w in workers:
         assert w["command"][:3] == ["sodm", "spark-worker", "spark://spark-master:7077"]
         assert w["build"] == master["build"] == services["spark-connect"]["build"] == "."
-        assert "sodmdata:/data:ro" in w["volumes"]
+        assert _required(w["environment"]["AWS_SECRET_ACCESS_KEY"], "S3_SECRET_KEY")
         assert w["depends_on"]["spark-master"]["condition"] == "service_healthy"
     assert {*master["profiles"], *workers[0]["profiles"]} == {"spark-cluster"}
     assert "profiles" not in services["spark-connect"]
@@ -132,6 +135,8 @@ def test_compose_passwords_come_from_the_environment_without_defaults() -> None:
         env = services[name]["environment"]
         assert _required(env["DATABASE_URL"], "POSTGRES_PASSWORD")
         assert _required(env["CELERY_BROKER_URL"], "REDIS_PASSWORD")
+        assert _required(env["AWS_SECRET_ACCESS_KEY"], "S3_SECRET_KEY")
+    assert _required(services["minio"]["environment"]["MINIO_ROOT_PASSWORD"], "S3_SECRET_KEY")
     assert not re.search(r"(PASSWORD|requirepass)\W+\S*:-", text), "a password default"
     assert "sodm:sodm@" not in text
 
@@ -158,11 +163,25 @@ def test_backends_are_on_the_internal_network_only() -> None:
     compose = _compose()
     assert compose["networks"]["internal"]["internal"] is True
     services = compose["services"]
-    for name in ("postgres", "redis", "spark-connect", "worker", "migrate"):
+    for name in ("postgres", "redis", "minio", "spark-connect", "worker", "migrate"):
         assert services[name]["networks"] == ["internal"], name
         assert "ports" not in services[name] and "expose" not in services[name], name
     assert set(services["api"]["networks"]) == {"internal", "public"}
     assert "15002" in services["spark-connect"]["command"]
+
+
+def test_no_data_volume_is_shared() -> None:
+    """Models are in Postgres and datasets and results in the bucket (SODM_STORAGE_URL,
+    MinIO by default): api, worker and the Spark services mount no data volume (the api
+    and worker share only their Prometheus samples), so each can run on a host of its own."""
+    services = _compose()["services"]
+    for name in ("api", "worker", "spark-connect", "spark-master", "spark-worker-1",
+                 "spark-worker-2"):
+        assert set(services[name].get("volumes", [])) <= {"metrics:/metrics"}, name
+    for name in ("api", "worker", "migrate"):
+        url = _default_of(services[name]["environment"]["SODM_STORAGE_URL"], "SODM_STORAGE_URL")
+        assert url.startswith("s3://") and "endpoint_override=minio:9000" in url
+    assert services["migrate"]["depends_on"]["minio"]["condition"] == "service_healthy"
 
 
 def test_dockerfile_copies_existing_paths_and_runs_cli() -> None:

@@ -5,8 +5,8 @@ batch's dense float64 matrix stays near ``batch_bytes``, ``SODM_PREDICT_BATCH_BY
 batch's decision values and labels are appended to the output with a ``ParquetWriter``, so
 memory does not grow with the dataset. The output (``row_id``, ``true_label``,
 ``predicted_label`` and ``decision_value`` for two classes or one ``decision_<class>`` column
-per class) is written under a unique temporary name and renamed onto
-``predictions/{job id}.parquet``: a retried job rewrites it.
+per class) is written under a unique temporary name in this host's ``tmp/`` and then put at
+``predictions/{job id}.parquet`` in the store whole: a retried job rewrites it.
 
 Columns: a model with feature names reads the dataset's columns by name (the API checked
 they are all there); otherwise by position, a narrower dataset padded with zeros (LIBSVM
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from app.services import storage
+from app.services.object_store import Location
 from solver.exceptions import FitCancelled
 
 # rows per batch: at least this many (per-batch overhead), at most that many (progress ticks)
@@ -88,24 +89,26 @@ def _output_schema(classes: np.ndarray, label_type: pa.DataType) -> pa.Schema:
     return pa.schema(fields)
 
 
-def predict_dataset(est: Any, directory: Path, out_path: Path, meta: dict[str, Any],
+def predict_dataset(est: Any, directory: Location | Path, out: Location | Path,
+                    meta: dict[str, Any],
                     model_names: list[str] | None, *, batch_bytes: int = 32 << 20,
                     progress: Callable[[int, int], None] | None = None,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """Write the predictions of ``est`` for every row of the stored dataset ``directory``;
+    """Write the predictions of ``est`` for every row of the stored dataset ``directory``
+    to ``out`` (assembled under this host's ``tmp/``, then put in the store whole);
     returns ``{rows, seconds, bytes}``. ``progress(done, total)`` after each batch;
     ``should_stop()`` before each batch (a stop raises ``FitCancelled``)."""
     t0 = time.perf_counter()
+    directory, out = storage.as_location(directory), storage.as_location(out)
     width = int(est.n_features_in_)
     mapping = column_map(model_names, meta)
     if mapping is None and int(meta["n_features"]) > width:
         raise ValueError(f"the dataset has {meta['n_features']} features, the model {width}")
     classes = np.asarray(est.classes_)
-    pf = pq.ParquetFile(directory / "data.parquet")
+    pf = storage.parquet_file(directory)
     schema = _output_schema(classes, pf.schema_arrow.field("label").type)
     total = pf.metadata.num_rows
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.{uuid.uuid4().hex}.tmp")
+    tmp = storage.new_tmp_path(f".{out.key.rsplit('/', 1)[-1]}")  # <uuid>.<job id>.parquet
     done = 0
     try:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
@@ -125,9 +128,9 @@ def predict_dataset(est: Any, directory: Path, out_path: Path, meta: dict[str, A
                     progress(done, total)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, out_path)
+        size = tmp.stat().st_size
+        storage.publish_file(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return {"rows": done, "seconds": time.perf_counter() - t0,
-            "bytes": out_path.stat().st_size}
+    return {"rows": done, "seconds": time.perf_counter() - t0, "bytes": size}

@@ -33,9 +33,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from solver.exceptions import FitCancelled
+
+if TYPE_CHECKING:
+    from app.services.object_store import Location
 
 log = logging.getLogger(__name__)
 
@@ -365,13 +368,15 @@ class SparkJob:
     when ``should_stop()`` fires.
     """
 
-    def __init__(self, dataset_dir: str | Path, job_id: str, *,
+    def __init__(self, dataset_dir: Location | str | Path, job_id: str, *,
                  should_stop: Callable[[], bool] | None = None, settings: Any | None = None,
                  session_id: str | None = None, attempt: int = 1,
                  on_session: Callable[[str], None] | None = None,
                  on_status: Callable[[dict[str, Any]], None] | None = None,
                  poll_seconds: float = 0.5) -> None:
-        self.dataset_dir = Path(dataset_dir)
+        from app.services.storage import as_location
+
+        self.dataset_dir = as_location(dataset_dir)
         self.on_status = on_status
         self.job_id = job_id
         self.settings = _settings(settings)
@@ -427,7 +432,7 @@ class SparkJob:
 
         subset = None if rows is None else RowSubset.of(rows, self._n_rows())
         with self._work():
-            est = fit_spark(self.spark, self.dataset_dir, params, seed=seed, rows=subset,
+            est = fit_spark(self.spark, self.dataset_dir.uri, params, seed=seed, rows=subset,
                             progress=progress, should_stop=self.stopped)
         if self.stopped():  # the stop came while the last Spark job finished
             raise FitCancelled("cancel requested", history=est.history_)
@@ -439,7 +444,7 @@ class SparkJob:
         return int(storage.read_meta(self.dataset_dir)["n_rows"])
 
 
-def train_on_spark(dataset_dir: str | Path, params: dict[str, Any], seed: int | None,
+def train_on_spark(dataset_dir: Location | str | Path, params: dict[str, Any], seed: int | None,
                    progress: Callable[[float, str, dict], None] | None,
                    should_stop: Callable[[], bool] | None, job_id: str, *,
                    settings: Any | None = None, session_id: str | None = None,

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.auth import current_tenant
 from app.db import get_session
-from app.downloads import Download
+from app.downloads import download
 from app.models import JobState, Tenant
 from app.routes.jobs import events_response
 from app.schemas.common import IdPath
@@ -83,11 +83,11 @@ def prediction_result(job_id: IdPath,
                       session: Session = Depends(get_session)) -> Response:
     """The predictions of a SUCCEEDED job (409 before), as Parquet or streamed CSV."""
     job = predictions.get(session, tenant, job_id)
-    path = predictions.result_file(job)
+    where = predictions.result_file(job)
     stem = f"predictions-{job.model_name or 'model'}-{job.id[:8]}"
     if format == "csv":
-        return StreamingResponse(predictions.csv_chunks(path), media_type="text/csv",
+        return StreamingResponse(predictions.csv_chunks(where), media_type="text/csv",
                                  headers={"Content-Disposition":
                                           f'attachment; filename="{stem}.csv"'})
-    return Download(path, media_type="application/vnd.apache.parquet",
-                        filename=f"{stem}.parquet")
+    return download(where, media_type="application/vnd.apache.parquet",
+                    filename=f"{stem}.parquet")

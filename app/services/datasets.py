@@ -171,7 +171,7 @@ def parse_and_store(dataset_id: str, upload: UploadDir, *, tenant_id: str, fmt: 
                              "sha256": sha256, "label_column": label_column}
     if parsed.feature_names is not None:
         extra["feature_names"] = parsed.feature_names
-    with storage.storage_errors(), storage.atomic_dir(final, scratch=upload.path) as work:
+    with storage.storage_errors(), storage.assembled_dir(final, scratch=upload.path) as work:
         meta = storage.write_dataset_files(work, parsed.X, parsed.y, extra)
         stored = dir_bytes(work)
         charge.update(stored, force=True)  # 507 before the files are put in place

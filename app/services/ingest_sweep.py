@@ -20,7 +20,6 @@ import contextlib
 import logging
 import threading
 import time
-from pathlib import Path
 
 from sqlalchemy import select
 
@@ -46,22 +45,18 @@ def sweep_rows() -> list[str]:
 
 
 def sweep_dataset_dirs() -> list[str]:
-    """Remove ``datasets/{id}`` directories whose row is not ready or parsing (deleted,
-    failed, gone) and that are older than ``DATASET_DIR_MIN_AGE_SECONDS``."""
-    root = storage.data_root() / "datasets"
-    if not root.is_dir():
-        return []
+    """Remove the files of ``datasets/{id}`` whose row is not ready or parsing (deleted,
+    failed, gone) and whose newest file is older than ``DATASET_DIR_MIN_AGE_SECONDS``."""
     cutoff = time.time() - DATASET_DIR_MIN_AGE_SECONDS
-    found: list[Path] = []
-    for p in root.iterdir():
-        try:
-            if p.is_dir() and p.stat().st_mtime < cutoff:
-                found.append(p)
-        except OSError:
-            continue
+    newest: dict[str, float] = {}
+    for obj in storage.datasets_root().children():
+        name = obj.key.split("/", 1)[0]
+        stamp = obj.mtime.timestamp() if obj.mtime is not None else time.time()
+        newest[name] = max(newest.get(name, 0.0), stamp)
+    found = [name for name, stamp in newest.items() if stamp < cutoff]
     removed = []
     for i in range(0, len(found), _BATCH):
-        batch = [p.name for p in found[i:i + _BATCH]]
+        batch = found[i:i + _BATCH]
         with session_scope() as s:
             live = set(s.scalars(select(Dataset.id).where(
                 Dataset.id.in_(batch), Dataset.deleted_at.is_(None),

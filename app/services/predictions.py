@@ -25,6 +25,7 @@ from app.services import jobs as jobs_service
 from app.services import models as models_service
 from app.services import quotas, storage
 from app.services.cursors import as_utc, page, split_page
+from app.services.object_store import Location
 
 # the job's progress fraction while batches run: START + SPAN * rows done / rows in all
 # (loading the model comes before START); ``rows_done`` reads the count back from it
@@ -137,25 +138,25 @@ def out(job: Job) -> dict[str, Any]:
     }
 
 
-def result_file(job: Job):
+def result_file(job: Job) -> Location:
     """The Parquet output of a SUCCEEDED job (409 before that, 404 when it is gone)."""
     if job.state != JobState.SUCCEEDED:
         raise ProblemError(409, "No result yet", detail=f"the job is {job.state}",
                            type="job-not-finished", state=job.state)
-    path = storage.prediction_path(job.id)
-    if not path.is_file():
+    where = storage.prediction_path(job.id)
+    if not where.exists():
         raise ProblemError(404, "Result missing", detail=f"job {job.id} has no result file",
                            type="not-found")
-    return path
+    return where
 
 
-def csv_chunks(path) -> Iterator[bytes]:
+def csv_chunks(where: Location) -> Iterator[bytes]:
     """The Parquet result as CSV, one record batch at a time (bounded memory)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(where.open_input())
     first = True
     for batch in pf.iter_batches(batch_size=65_536):
         buf = io.BytesIO()

@@ -1,14 +1,20 @@
-"""Files under ``SODM_DATA_DIR``: dataset directories, prediction outputs and atomic writes.
+"""Dataset files and prediction outputs in the store, and this host's scratch space.
 
-Every path derives from ids only (never from a user's file name):
+In the store (``app.services.object_store``: ``SODM_DATA_DIR`` or an S3 bucket), keys derive
+from ids only (never from a user's file name):
 
 - ``datasets/{id}/data.parquet`` + ``datasets/{id}/meta.json`` (the contract form of
   ``docs/architecture.md``: dense ``row_id, label, f0..`` or sparse ``row_id, label, indices,
   values``),
-- ``predictions/{job id}.parquet``,
+- ``predictions/{job id}.parquet``.
+
+On this host, under ``SODM_DATA_DIR`` (never shared with another host):
+
 - ``cache/`` for local copies of what Postgres holds (model files: ``model_store``),
-- ``tmp/`` for uploads in flight (``tmp/upload-{id}/``, ``app.services.upload_dirs``) and
-  directories being assembled or removed (renamed into or out of place).
+- ``tmp/`` for uploads in flight (``tmp/upload-{id}/``, ``app.services.upload_dirs``),
+  files being assembled before they are put in the store, and directories being removed.
+
+Readers take a ``Location`` (or, for scripts and tests, a local directory).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import scipy.sparse as sp
 from app.config import get_settings
 from app.problems import ProblemError
 from app.services.content_hash import BLOCK_CELLS, ContentHasher, content_sha256
+from app.services.object_store import Location, get_store, local_location
 
 DATA_FILE = "data.parquet"
 META_FILE = "meta.json"
@@ -50,20 +57,29 @@ def data_root() -> Path:
     return Path(get_settings().data_dir)
 
 
-def dataset_dir(dataset_id: str) -> Path:
-    """The directory of a stored dataset (``datasets/{id}``)."""
-    return data_root() / "datasets" / _safe_id(dataset_id)
+def dataset_dir(dataset_id: str) -> Location:
+    """Where a stored dataset's files are (``datasets/{id}`` in the store)."""
+    return get_store().at(dataset_relpath(dataset_id))
+
+
+def datasets_root() -> Location:
+    return get_store().at("datasets")
+
+
+def as_location(where: Location | Path | str) -> Location:
+    """A location as given, or a local directory's (scripts and tests)."""
+    return where if isinstance(where, Location) else local_location(Path(where))
 
 
 def dataset_relpath(dataset_id: str) -> str:
     return f"datasets/{_safe_id(dataset_id)}"
 
 
-def predictions_dir() -> Path:
-    return data_root() / "predictions"
+def predictions_dir() -> Location:
+    return get_store().at("predictions")
 
 
-def prediction_path(job_id: str) -> Path:
+def prediction_path(job_id: str) -> Location:
     """The output of a batch prediction job (``predictions/{job id}.parquet``)."""
     return predictions_dir() / f"{_safe_id(job_id)}.parquet"
 
@@ -103,20 +119,59 @@ def new_tmp_path(suffix: str = "") -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(final: Path, scratch: Path | None = None) -> Iterator[Path]:
-    """Assemble a directory under ``scratch`` (default ``tmp/``; on the filesystem of
-    ``final``) and rename it onto ``final`` on success; on any error the half-built
-    directory is removed and nothing appears at ``final``."""
+def assembled_dir(final: Location, scratch: Path | None = None) -> Iterator[Path]:
+    """Assemble a directory under ``scratch`` (default ``tmp/``, on this host) and put its
+    files at ``final`` on success: renamed into place in a local store (atomic), uploaded to
+    a bucket (what makes them visible there is the row's state). On any error the
+    half-built directory is removed and nothing is left at ``final``."""
     work = (scratch / f"{uuid.uuid4().hex}.d") if scratch is not None else new_tmp_path(".d")
     work.mkdir()
     try:
         yield work
-        final.parent.mkdir(parents=True, exist_ok=True)
         _fsync_dir_files(work)
-        os.replace(work, final)
+        publish_dir(work, final)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def _move(source: Path, target: Path) -> None:
+    """Rename onto ``target`` (atomic: the store and ``tmp/`` share ``SODM_DATA_DIR``);
+    a copy when a caller's store is on another filesystem."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.move(source, target)
+
+
+def publish_dir(work: Path, final: Location) -> None:
+    """Put the files of the local directory ``work`` at ``final`` (consumes ``work``)."""
+    target = final.local_path
+    if target is not None:
+        _move(work, target)
+        return
+    try:
+        for p in sorted(work.iterdir()):
+            (final / p.name).upload(p)
+    except BaseException:
+        final.delete()
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def publish_file(tmp: Path, final: Location) -> None:
+    """Put the local file ``tmp`` at ``final`` (renamed in a local store, else uploaded)."""
+    target = final.local_path
+    if target is not None:
+        _move(tmp, target)
+        return
+    try:
+        final.upload(tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -142,12 +197,17 @@ def _fsync_dir_files(directory: Path) -> None:
 
 
 def remove_dataset_files(dataset_id: str) -> None:
-    """Delete a dataset's directory (moved aside first so a half-deleted one never shows)."""
+    """Delete a dataset's files (a local directory is moved aside first so a half-deleted
+    one never shows)."""
     final = dataset_dir(dataset_id)
-    if not final.exists():
+    local = final.local_path
+    if local is None:
+        final.delete()
+        return
+    if not local.exists():
         return
     trash = new_tmp_path(".trash")
-    os.replace(final, trash)
+    os.replace(local, trash)
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -222,13 +282,18 @@ def write_dataset_files(directory: Path, X: np.ndarray | sp.csr_matrix, y: np.nd
     return meta
 
 
-def read_meta(directory: Path) -> dict[str, Any]:
-    return json.loads((Path(directory) / META_FILE).read_text())
+def read_meta(directory: Location | Path | str) -> dict[str, Any]:
+    return json.loads((as_location(directory) / META_FILE).read_bytes())
 
 
-def _read_rows(path: Path, keep: Callable[[np.ndarray], np.ndarray]) -> pa.Table:
+def parquet_file(directory: Location | Path | str) -> pq.ParquetFile:
+    """The dataset's Parquet file, opened for random access (footer, row groups)."""
+    return pq.ParquetFile((as_location(directory) / DATA_FILE).open_input())
+
+
+def _read_rows(directory: Location, keep: Callable[[np.ndarray], np.ndarray]) -> pa.Table:
     """The rows whose ``keep(row_id)`` mask is true, read batch by batch (bounded memory)."""
-    pf = pq.ParquetFile(path)
+    pf = parquet_file(directory)
     batches = [b.filter(pa.array(keep(b.column("row_id").to_numpy()), type=pa.bool_()))
                for b in pf.iter_batches(batch_size=65_536)]
     return pa.Table.from_batches(batches, schema=pf.schema_arrow)
@@ -239,18 +304,23 @@ def _labels(table: pa.Table, meta: dict[str, Any]) -> np.ndarray:
     return np.asarray(y, dtype=str) if meta.get("label_type") == "str" else y
 
 
-def load_labels(directory: Path | str) -> np.ndarray:
+def _read_table(directory: Location, columns: list[str] | None = None) -> pa.Table:
+    data = directory / DATA_FILE
+    return pq.read_table(data.path, filesystem=data.fs, columns=columns)
+
+
+def load_labels(directory: Location | Path | str) -> np.ndarray:
     """The labels alone (original values, ``row_id`` order): what splitting the rows needs
     when the features stay with Spark."""
-    directory = Path(directory)
-    table = pq.read_table(directory / DATA_FILE, columns=["row_id", "label"])
+    directory = as_location(directory)
+    table = _read_table(directory, ["row_id", "label"])
     row_id = table.column("row_id").to_numpy()
     if row_id.size and not np.all(row_id[:-1] < row_id[1:]):
         table = table.take(pa.array(np.argsort(row_id, kind="stable")))
     return _labels(table, read_meta(directory))
 
 
-def load_rows(directory: Path | str, row_ids: np.ndarray
+def load_rows(directory: Location | Path | str, row_ids: np.ndarray
               ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """:func:`load_dataset` of the rows ``row_ids`` only (streamed, in ``row_id`` order)."""
     keep = _row_mask(read_meta(directory), row_ids)
@@ -264,15 +334,15 @@ def _row_mask(meta: dict[str, Any], row_ids: np.ndarray) -> np.ndarray:
     return keep
 
 
-def load_dataset(directory: Path | str, *, keep: Callable[[np.ndarray], np.ndarray] | None = None
+def load_dataset(directory: Location | Path | str, *,
+                 keep: Callable[[np.ndarray], np.ndarray] | None = None
                  ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """Read a stored dataset: ``(X, y)`` with X dense float64 (n, d) or CSR for the sparse
     layout, rows in ``row_id`` order, and y the original labels (int64, float64 or str).
     ``keep(row_ids) -> bool mask`` reads only those rows (streamed; e.g. a sample)."""
-    directory = Path(directory)
+    directory = as_location(directory)
     meta = read_meta(directory)
-    table = (pq.read_table(directory / DATA_FILE) if keep is None
-             else _read_rows(directory / DATA_FILE, keep))
+    table = _read_table(directory) if keep is None else _read_rows(directory, keep)
     row_id = table.column("row_id").to_numpy()
     if row_id.size and not np.all(row_id[:-1] < row_id[1:]):
         table = table.take(pa.array(np.argsort(row_id, kind="stable")))
@@ -297,21 +367,22 @@ def _matrix(table: pa.Table, meta: dict[str, Any]) -> np.ndarray | sp.csr_matrix
     return X
 
 
-def iter_row_blocks(directory: Path | str, row_ids: np.ndarray | None, block_rows: int
+def iter_row_blocks(directory: Location | Path | str, row_ids: np.ndarray | None, block_rows: int
                     ) -> Iterator[np.ndarray | sp.csr_matrix]:
     """The features of the rows ``row_ids`` (ascending; None for all rows) in consecutive
     blocks of ``block_rows`` rows, the last one shorter: what :func:`load_rows` returns, cut
     into blocks, with only a block and one file batch in memory at a time."""
-    directory = Path(directory)
+    directory = as_location(directory)
     meta = read_meta(directory)
     keep = None if row_ids is None else _row_mask(meta, row_ids)
     pending: list[pa.Table] = []
     count = emitted = 0
     last = -1
-    for batch in pq.ParquetFile(directory / DATA_FILE).iter_batches(batch_size=65_536):
+    pf = parquet_file(directory)
+    for batch in pf.iter_batches(batch_size=65_536):
         rid = batch.column("row_id").to_numpy()
         if rid.size and (rid[0] <= last or not np.all(rid[:-1] < rid[1:])):
-            raise ValueError(f"{directory / DATA_FILE}: rows are not in row_id order")
+            raise ValueError(f"{directory.key}/{DATA_FILE}: rows are not in row_id order")
         last = int(rid[-1]) if rid.size else last
         if keep is not None:
             batch = batch.filter(pa.array(keep[rid], type=pa.bool_()))
@@ -324,14 +395,14 @@ def iter_row_blocks(directory: Path | str, row_ids: np.ndarray | None, block_row
             pending, count = [table.slice(block_rows)], count - block_rows
     if count or not emitted:
         table = (pa.concat_tables(pending) if pending
-                 else pq.ParquetFile(directory / DATA_FILE).schema_arrow.empty_table())
+                 else pf.schema_arrow.empty_table())
         yield _matrix(table, meta)
 
 
-def stored_content_sha256(directory: Path | str) -> str:
+def stored_content_sha256(directory: Location | Path | str) -> str:
     """The content hash of a stored dataset, read back one block of rows at a time (what
     the upload computed; ``sodm backfill-hashes`` fills it in for older datasets)."""
-    directory = Path(directory)
+    directory = as_location(directory)
     meta = read_meta(directory)
     y = load_labels(directory)
     hasher = ContentHasher(int(meta["n_rows"]), int(meta["n_features"]), y,

@@ -1,8 +1,12 @@
 """Reading a stored dataset into Spark and turning Arrow batches into model-space arrays.
 
 The dataset is the storage contract's Parquet (``docs/architecture.md``): dense (``row_id``,
-``label``, ``f0..``) or sparse (``row_id``, ``label``, ``indices``, ``values``). The driver
-only reads ``meta.json``; everything else runs on the executors. The model-space transform
+``label``, ``f0..``) or sparse (``row_id``, ``label``, ``indices``, ``values``), in a local
+directory (Spark's own Parquet reader) or in an S3-compatible bucket (``s3://...``: each
+executor reads its row groups through pyarrow's S3 filesystem, so no Hadoop S3 connector is
+needed and credentials come from the executors' AWS variables or role). The driver reads
+``meta.json`` (and, for a bucket, the Parquet footer); everything else runs on the
+executors. The model-space transform
 (min-max scaling, then the constant column when ``fit_intercept``) is the estimator's own
 code (``solver.preprocessing``) applied per batch, so Spark and the local backend see
 bit-identical feature rows.
@@ -62,16 +66,68 @@ def ddl_fields(df: Any, exclude: tuple[str, ...] = ()) -> list[str]:
             if f.name not in exclude]
 
 
-def load_frame(spark: Any, dataset_dir: Path) -> tuple[Any, DataInfo]:
-    """The dataset's DataFrame (read by the cluster from ``data.parquet``) and its layout."""
-    meta = json.loads((Path(dataset_dir) / "meta.json").read_text())
+def load_frame(spark: Any, dataset: str | Path) -> tuple[Any, DataInfo]:
+    """The dataset's DataFrame (read by the cluster from ``data.parquet``) and its layout.
+    ``dataset``: a local directory, or a store URI ``s3://bucket/prefix/datasets/{id}``
+    (with pyarrow's options as its query, e.g. ``?endpoint_override=host:9000``)."""
+    where = str(dataset)
+    if "://" in where:
+        meta, df = _bucket_frame(spark, where)
+    else:
+        meta = json.loads((Path(where) / "meta.json").read_text())
+        df = spark.read.parquet(str(Path(where).resolve() / "data.parquet"))
     layout = meta.get("layout", "dense")
     n_features = int(meta["n_features"])
-    df = spark.read.parquet(str(Path(dataset_dir).resolve() / "data.parquet"))
     cols = [f"f{j}" for j in range(n_features)] if layout == "dense" else []
     n_rows = int(meta["n_rows"]) if "n_rows" in meta else None
     return df, DataInfo(layout=layout, n_features=n_features, feature_cols=cols,
                         n_rows=n_rows)
+
+
+_SPARK_TYPES = {"int64": "bigint", "int32": "int", "double": "double", "string": "string",
+                "large_string": "string", "bool": "boolean"}
+
+
+def _spark_type(t: Any) -> str:
+    """The Spark SQL type of one of the contract's Arrow column types."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"array<{_spark_type(t.value_type)}>"
+    name = str(t)
+    if name not in _SPARK_TYPES:
+        raise ValueError(f"a stored column of type {name} is not part of the contract")
+    return _SPARK_TYPES[name]
+
+
+def _bucket_frame(spark: Any, uri: str) -> tuple[dict[str, Any], Any]:
+    """``meta.json`` and a DataFrame of ``data.parquet`` in a bucket: one partition per
+    Parquet row group, each read by an executor with pyarrow (``uri`` is the dataset's
+    prefix; credentials are the reader's own, never shipped in the plan)."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    base, _, query = uri.partition("?")
+    fs, prefix = pafs.FileSystem.from_uri(uri)
+    with fs.open_input_stream(f"{prefix}/meta.json") as fh:
+        meta = json.loads(fh.read())
+    pf = pq.ParquetFile(fs.open_input_file(f"{prefix}/data.parquet"))
+    ddl = ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in pf.schema_arrow)
+    data_uri = f"{base}/data.parquet" + (f"?{query}" if query else "")
+    groups = max(1, pf.metadata.num_row_groups)
+
+    def read(batches):  # noqa: ANN001, ANN202 - runs on an executor
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        fs, path = pafs.FileSystem.from_uri(data_uri)
+        parquet = pq.ParquetFile(fs.open_input_file(path))
+        for batch in batches:
+            for g in batch.column(0).to_pylist():
+                if g < parquet.metadata.num_row_groups:
+                    yield from parquet.read_row_group(g).to_batches()
+
+    return meta, spark.range(0, groups, 1, groups).mapInArrow(read, ddl)
 
 
 @dataclass(frozen=True)

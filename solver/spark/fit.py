@@ -70,11 +70,13 @@ def _base_partitions(spark: Any, n_rows: int) -> int:
     return max(1, min(cap, -(-int(n_rows) // ROWS_PER_PARTITION)))
 
 
-def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: int | None,
+def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
+              seed: int | None,
               rows: RowSubset | None = None,
               progress: Callable[[float, str, dict], None] | None = None,
               should_stop: Callable[[], bool] | None = None) -> Any:
-    """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` with Spark:
+    """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` (a local
+    directory or a store URI: ``solver.spark.data.load_frame``) with Spark:
     on every row, or on ``rows`` only, as the local backend fits ``X[ids]``. More than two
     classes: one-vs-rest, one binary problem (its own Spark jobs) per class in turn."""
     from solver.estimators import SODMClassifier, build_fitted
@@ -121,9 +123,10 @@ def fit_spark(spark: Any, dataset_dir: Path, params: dict[str, Any], *, seed: in
                         gamma=gamma, history=history, fit_info=info_, **state)
 
 
-def _load_rows(spark: Any, dataset_dir: Path, rows: RowSubset | None) -> tuple[Any, Any]:
+def _load_rows(spark: Any, dataset_dir: str | Path, rows: RowSubset | None
+               ) -> tuple[Any, Any]:
     """The stored dataset as a DataFrame and its description, restricted to ``rows``."""
-    df, info = load_frame(spark, Path(dataset_dir))
+    df, info = load_frame(spark, dataset_dir)
     if rows is not None:
         if info.n_rows is not None and info.n_rows != rows.n_rows:
             raise ValueError(f"the row subset is for {rows.n_rows} rows, the dataset has "

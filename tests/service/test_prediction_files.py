@@ -38,7 +38,7 @@ def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from app.db import session_scope
     from app.models import Job, JobState
-    from app.services.storage import prediction_path
+    from app.services.storage import prediction_path, tmp_root
     from worker import lease, predict_job, runner
 
     ds = upload(api, datasets_dir, "heart_scale")
@@ -49,7 +49,7 @@ def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
 
     def write_then_cancel(*args: Any, **kwargs: Any) -> dict[str, Any]:
         record = write(*args, **kwargs)
-        written.append(prediction_path(job_id).is_file())
+        written.append(prediction_path(job_id).exists())
         with session_scope() as s:  # the user's cancel arrives now
             s.execute(update(Job).where(Job.id == job_id).values(state=JobState.CANCELLING))
         return record
@@ -58,7 +58,7 @@ def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
     assert runner.run_claimed(lease.claim(job_id)) == JobState.CANCELLED
     assert written == [True]  # the output was complete when the cancel came
     assert not prediction_path(job_id).exists()
-    assert not [p for p in prediction_path(job_id).parent.iterdir() if job_id in p.name]
+    assert not [p for p in tmp_root().iterdir() if job_id in p.name]
     assert api.get(f"/predictions/{job_id}").json()["state"] == "CANCELLED"
 
 
@@ -77,22 +77,19 @@ def test_sweep_removes_stale_outputs_no_live_job_owns(
     cancelled = _predict_job(api, model_id, ds["id"])
     assert api.post(f"/predictions/{cancelled}/cancel").json()["state"] == "CANCELLED"
     queued = _predict_job(api, model_id, ds["id"])
-    kept = prediction_path(done)
-    folder = kept.parent
-    stale_tmp = folder / f".{uuid.uuid4()}.parquet.{uuid.uuid4().hex}.tmp"
-    fresh_tmp = folder / f".{uuid.uuid4()}.parquet.{uuid.uuid4().hex}.tmp"
-    of_cancelled, of_queued = prediction_path(cancelled), prediction_path(queued)
-    of_nobody, fresh_of_nobody = prediction_path(str(uuid.uuid4())), prediction_path(
-        str(uuid.uuid4()))
-    for p in (stale_tmp, fresh_tmp, of_cancelled, of_queued, of_nobody, fresh_of_nobody):
+    kept = prediction_path(done).local_path
+    of_cancelled, of_queued = (prediction_path(cancelled).local_path,
+                               prediction_path(queued).local_path)
+    of_nobody, fresh_of_nobody = (prediction_path(str(uuid.uuid4())).local_path,
+                                  prediction_path(str(uuid.uuid4())).local_path)
+    for p in (of_cancelled, of_queued, of_nobody, fresh_of_nobody):
         p.write_bytes(b"x")
     old = time.time() - 2 * STALE_SECONDS
-    for p in (stale_tmp, of_cancelled, of_queued, of_nobody, kept):
+    for p in (of_cancelled, of_queued, of_nobody, kept):
         os.utime(p, (old, old))
     removed = prediction_files.sweep()
-    assert sorted(removed) == sorted([stale_tmp.name, of_cancelled.name, of_nobody.name])
-    assert kept.is_file() and of_queued.is_file()
-    assert fresh_tmp.is_file() and fresh_of_nobody.is_file()
+    assert sorted(removed) == sorted([of_cancelled.name, of_nobody.name])
+    assert kept.is_file() and of_queued.is_file() and fresh_of_nobody.is_file()
     assert api.get(f"/predictions/{done}/result").status_code == 200
-    for p in (fresh_tmp, of_queued, fresh_of_nobody):
+    for p in (of_queued, fresh_of_nobody):
         p.unlink()
