@@ -26,7 +26,6 @@ import hashlib
 import json
 import lzma
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -58,21 +57,13 @@ def model_of(n_sv: int):  # noqa: ANN201 - a fitted SODMClassifier and one row
                         n_support=np.array([n_sv])), X[:1]
 
 
-def timed(f, repeats: int) -> float:  # noqa: ANN001
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        f()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from bench.serving import Server, create_database
+    from bench.storage_backends import median_seconds
     from tests.fixtures.stack import reset_app_caches
 
     est, row = model_of(N_SV)
@@ -89,44 +80,25 @@ def main(argv: list[str] | None = None) -> int:
 
         upgrade_head(url)
         from app.db import session_scope
-        from app.models import Dataset, Job, Model
         from app.services import model_store
         from app.services.apikeys import create_key
-        from app.services.model_store import ModelBytes
         from solver.model_io import loads
+        from tests.service.model_rows import dataset_row, register_model
 
         t0 = time.perf_counter()
         stored = model_store.dump(est)
         out["dump_seconds"] = time.perf_counter() - t0
         out["bytes"] = stored.size
 
-        def insert(tenant_id: str, name: str, model: ModelBytes, n_sv: int) -> str:
-            with session_scope() as s:
-                ds = Dataset(tenant_id=tenant_id, name="cod-rna.t", format="libsvm",
-                             n_rows=n_sv, n_features=N_FEATURES, classes={"-1": 1, "1": 1},
-                             storage_path="none", size_bytes=0)
-                s.add(ds)
-                s.flush()
-                job = Job(tenant_id=tenant_id, dataset_id=ds.id, algorithm="sodm",
-                          state="SUCCEEDED", params={}, request={})
-                s.add(job)
-                s.flush()
-                m = Model(tenant_id=tenant_id, job_id=job.id, dataset_id=ds.id, name=name,
-                          version=1, algorithm="sodm", n_features=N_FEATURES,
-                          classes=[-1, 1], n_support_vectors=n_sv,
-                          file_sha256=model.sha256, file_bytes=model.size)
-                s.add(m)
-                s.flush()
-                s.add(model_store.blob(m.id, model))
-                return m.id
-
         with session_scope() as s:
             tenant, key = create_key(s, "bench")
             tenant_id = tenant.id
-        small_id = insert(tenant_id, "small", model_store.dump(small), 10)
+        small_id = register_model(tenant_id, dataset_row(tenant_id, 10, N_FEATURES), small,
+                                  "small")
+        rows = dataset_row(tenant_id, N_SV, N_FEATURES)
         t0 = time.perf_counter()
-        mid = insert(tenant_id, "big", stored, N_SV)
-        out["insert_seconds"] = time.perf_counter() - t0
+        mid = register_model(tenant_id, rows, est, "big")  # dumped again, then inserted
+        out["dump_and_insert_seconds"] = time.perf_counter() - t0
         path = work / "big.sodm"
         path.write_bytes(stored.data)
 
@@ -135,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             assert hashlib.sha256(data).hexdigest() == stored.sha256
             loads(data)
 
-        out["load_from_file_seconds"] = timed(from_file, args.repeats)
-        out["load_from_postgres_seconds"] = timed(
+        out["load_from_file_seconds"] = median_seconds(from_file, args.repeats)
+        out["load_from_postgres_seconds"] = median_seconds(
             lambda: model_store.load(mid, stored.sha256), args.repeats)
         out["postgres_over_file"] = (out["load_from_postgres_seconds"]
                                      / out["load_from_file_seconds"])
@@ -160,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             assert r.status_code == 200, r.text
             expected = est.decision_function(row)[0]
             assert abs(r.json()["decision_values"][0] - expected) < 1e-9 * max(1, abs(expected))
-            out["warm_predict_seconds"] = timed(lambda: c.post("/predict", json=body), 20)
+            out["warm_predict_seconds"] = median_seconds(lambda: c.post("/predict", json=body), 20)
     finally:
         if server is not None:
             server.stop()

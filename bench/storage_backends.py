@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 FIT = {"kernel": "rbf", "gamma": 1.0, "lam": 100.0, "theta": 0.3, "levels": 2, "n_strata": 8}
 
 
-def _median_seconds(f: Any, repeats: int) -> float:
+def median_seconds(f: Any, repeats: int) -> float:
+    """The median wall seconds of ``repeats`` calls of ``f()``."""
     out = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -117,15 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     storage.publish_dir(src, where)
                     row[f"{kind}_put_s"] = time.perf_counter() - t0
-                    row[f"{kind}_load_s"] = _median_seconds(
+                    row[f"{kind}_load_s"] = median_seconds(
                         lambda w=where: storage.load_dataset(w), args.repeats)
                     data = where / storage.DATA_FILE
-                    row[f"{kind}_read_s"] = _median_seconds(
+                    row[f"{kind}_read_s"] = median_seconds(
                         lambda d=data: pq.read_table(d.path, filesystem=d.fs), args.repeats)
                     if kind == "local":
-                        row["local_by_path_read_s"] = _median_seconds(
+                        row["local_by_path_read_s"] = median_seconds(
                             lambda d=data: pq.read_table(d.local_path), args.repeats)
-                    row[f"{kind}_spark_count_s"] = _median_seconds(
+                    row[f"{kind}_spark_count_s"] = median_seconds(
                         lambda w=where: load_frame(spark, w.uri)[0].count(), args.repeats)
                     t0 = time.perf_counter()
                     models[kind] = fit_spark(spark, where.uri, FIT, seed=0)

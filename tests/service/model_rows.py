@@ -9,6 +9,20 @@ from typing import Any
 import numpy as np
 
 
+def dataset_row(tenant_id: str, n_rows: int, n_features: int, name: str = "rows") -> str:
+    """A ready dataset row with no files (what a model row names); its id."""
+    from app.db import session_scope
+    from app.models import Dataset
+
+    with session_scope() as s:
+        ds = Dataset(tenant_id=tenant_id, name=name, format="libsvm", n_rows=n_rows,
+                     n_features=n_features, classes={"-1": 1, "1": 1}, storage_path="none",
+                     size_bytes=0)
+        s.add(ds)
+        s.flush()
+        return ds.id
+
+
 def register_model(tenant_id: str, dataset_id: str, est: Any, name: str,
                    X_held_out: np.ndarray | None = None) -> str:
     """Insert a SUCCEEDED job and the model version of the fitted ``est``; its margin

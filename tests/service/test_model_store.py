@@ -86,10 +86,10 @@ def test_the_largest_benchmark_model_round_trips(stack_env, make_tenant):
     """cod-rna.t's SODM model in docs/benchmarks.md has 171,400 support vectors (8 features):
     a model of that size is stored with its row and loads back with the same decision
     values (sha256 checked)."""
-    from app.models import Dataset, Job
     from app.services import model_store
     from solver import SODMClassifier
     from solver.estimators import build_fitted
+    from tests.service.model_rows import dataset_row, register_model
 
     rng = np.random.default_rng(0)
     n_sv, d = 171_400, 8
@@ -97,27 +97,13 @@ def test_the_largest_benchmark_model_round_trips(stack_env, make_tenant):
                        n_features_in=d, scaler_min=np.zeros(d), scaler_scale=np.ones(d),
                        gamma=0.5, support_vectors=rng.random((n_sv, d)),
                        dual_coef=rng.standard_normal((1, n_sv)), n_support=np.array([n_sv]))
-    stored = model_store.dump(est)
     tenant_id = make_tenant()[0]
+    mid = register_model(tenant_id, dataset_row(tenant_id, n_sv, d), est, "big")
     with session_scope() as s:
-        ds = Dataset(tenant_id=tenant_id, name="big", format="libsvm", n_rows=n_sv,
-                     n_features=d, classes={"-1": 1, "1": 1}, storage_path="x", size_bytes=0)
-        s.add(ds)
-        s.flush()
-        job = Job(tenant_id=tenant_id, dataset_id=ds.id, algorithm="sodm",
-                  state="SUCCEEDED", params={}, request={})
-        s.add(job)
-        s.flush()
-        m = Model(tenant_id=tenant_id, job_id=job.id, dataset_id=ds.id, name="big",
-                  version=1, algorithm="sodm", n_features=d, classes=[-1, 1],
-                  n_support_vectors=n_sv, file_sha256=stored.sha256, file_bytes=stored.size)
-        s.add(m)
-        s.flush()
-        s.add(model_store.blob(m.id, stored))
-        mid = m.id
-    with session_scope() as s:
+        m = s.get(Model, mid)
+        size, sha = m.file_bytes, m.file_sha256
         assert s.scalar(select(func.length(ModelBlob.data)).where(
-            ModelBlob.model_id == mid)) == stored.size > n_sv * d * 8
-    back = model_store.load(mid, stored.sha256)
+            ModelBlob.model_id == mid)) == size > n_sv * d * 8
+    back = model_store.load(mid, sha)
     X = rng.random((50, d))
     assert np.array_equal(back.decision_function(X), est.decision_function(X))
