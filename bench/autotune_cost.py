@@ -15,7 +15,7 @@ several row counts and points of the grid on the shared datasets, and prints
 error, ``fit_constants``) for a given ``FEATURE_OFFSET``, with each
 measurement's ratio of predicted to measured seconds::
 
-    PYTHONPATH=. .venv/bin/python -m bench.autotune_cost [--out docs/bench-runs/autotune-cost.json]
+    PYTHONPATH=. .venv/bin/python -m bench.autotune_cost [--out bench/records/autotune-cost.json]
 
 ``docs/auto-params.md`` records the run the constants in ``solver/autotune.py`` came from.
 
@@ -31,7 +31,7 @@ fits the same three-term model to what every scored candidate cost (``search_con
 its k folds, fits, predictions and the search's own overhead, against its rows and the faces
 it factored): a budget on counted work, tried and not adopted (docs/auto-params.md). The
 search still decides on the rows-only pairs (``KERNEL_COST``, ``LINEAR_COST``) of this
-command's earlier run, which timed single fits (docs/bench-runs/autotune-cost.json).
+command's earlier run, which timed single fits (bench/records/autotune-cost.json).
 """
 
 from __future__ import annotations

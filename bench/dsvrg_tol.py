@@ -1,7 +1,7 @@
 """Pick DSVRG's default stopping tolerance: epochs, seconds, relative primal gap to the exact
 linear ODM optimum and test accuracy for ``||grad p(w)|| <= tol ||grad p(0)||`` at several
 ``tol``, on the paper's datasets with the workstation benchmark's CV-chosen linear ODM
-parameters (``docs/bench-runs/benchmarks-workstation-2026-11-25.md``).
+parameters (``bench/records/benchmarks-workstation-2026-11-25.md``).
 Run: ``PYTHONPATH=. python bench/dsvrg_tol.py``.
 """
 

@@ -24,7 +24,7 @@ theta = 0.5, upsilon = 0.5, tol = 1e-3.
   ``d_k - d*``), their spread, and the merged model's accuracy.
 
     PYTHONPATH=. .venv/bin/python -m bench.hierarchy --tasks cod-rna.t \\
-        [--configs default ...] [--theorem-rows 16000] [--out docs/bench-runs/hierarchy.json]
+        [--configs default ...] [--theorem-rows 16000] [--out docs/hierarchy.json]
 
 :func:`level_curves` is what ``bench.run`` calls per larger task (the ``PUBLISHED``
 structures with the benchmark's tuned setting); :func:`run` (this module's command) returns

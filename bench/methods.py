@@ -177,7 +177,7 @@ FAMILY_PEER = {"odm-rbf": "svc", "odm-linear": "linearsvc"}
 # are in [0, 1]).  upsilon is fixed at 0.5 (the authors' driver value): theta and lam carry
 # the ODM trade-off, so ODM's third axis (theta) is paid for with fewer lam values; the SVM
 # and approximate-kernel grids spend the same points on C.  These ranges hold every optimum
-# the earlier, larger grids found (docs/bench-runs/: lam 1e3 or 1e5, theta 0.2 or 0.8;
+# the earlier, larger grids found (bench/records/: lam 1e3 or 1e5, theta 0.2 or 0.8;
 # SVC C 1 to 100; LIBLINEAR C 0.1 to 10).
 GRID_POINTS = 12
 _GAMMAS = [1.0, 10.0, 100.0]

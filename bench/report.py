@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.report docs/benchmarks.json [--doc docs/benchmarks.md]
 
 One results file, one document: rows of different runs are never merged (earlier runs are
-kept as records in ``docs/bench-runs/``).  The hand-written analysis lives in
+kept as records in ``bench/records/``).  The hand-written analysis lives in
 ``bench/notes.md`` and is included verbatim, so the doc can be regenerated from the JSON at
 any time without losing it.
 """
@@ -550,7 +550,7 @@ def protocol_lines(results: dict) -> list[str]:
         "fitted array; predict ms / 1k rows = wall milliseconds of `predict` on the test split "
         "per 1,000 rows, one core.",
         "- **One run**: every number in this document comes from the command above, run end to "
-        "end after the last code change; earlier runs are records in `docs/bench-runs/`, "
+        "end after the last code change; earlier runs are records in `bench/records/`, "
         "never merged in.",
         "- **Not here**: ThunderSVM (`pip install thundersvm` installs 0.3.12, whose "
         "`libthundersvm.so` is a CUDA 9.0 build: importing it fails with `libcusparse.so.9.0: "

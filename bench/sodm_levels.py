@@ -25,7 +25,7 @@ from solver.kernels import Kernel
 from solver.sodm import default_levels, sodm_kernel
 
 # dataset -> (lam, gamma * d, theta, upsilon): grid-search winners of the workstation run
-# (docs/bench-runs/benchmarks-workstation-2026-11-25.md, CV on 10,000 rows)
+# (bench/records/benchmarks-workstation-2026-11-25.md, CV on 10,000 rows)
 SETTINGS: dict[str, tuple[float, float, float, float]] = {
     "a9a": (1e3, 1.0, 0.8, 0.5),
     "cod-rna": (1e5, 10.0, 0.8, 0.5),
