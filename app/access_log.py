@@ -63,6 +63,7 @@ def emit(fmt: str, **fields: Any) -> None:
     record = logging.LogRecord(LOGGER, logging.INFO, __file__, 0, render(fmt, fields),
                                None, None)
     record.sodm_rendered = True
+    record.sodm_fields = {**get_contextvars(), **fields}  # for readers (tests, filters)
     _logger.handle(record)
 
 

@@ -35,6 +35,15 @@ class AliasOut(TypedDict):
     links: dict[str, str]
 
 
+class DatasetLineage(TypedDict):
+    """The training dataset of a model version: what was in it, not only its id."""
+    id: str
+    name: str | None
+    content_sha256: str | None
+    n_rows: int | None
+    n_features: int | None
+
+
 class DatasetList(TypedDict):
     items: list[DatasetOut]
     next_cursor: NotRequired[str | None]
@@ -49,7 +58,10 @@ class DatasetOut(TypedDict):
     classes: dict[str, int]
     layout: str
     size_bytes: int
+    stored_bytes: NotRequired[int]
     sha256: str
+    content_sha256: NotRequired[str | None]
+    duplicate_of: NotRequired[str | None]
     state: Literal['parsing', 'ready', 'failed']
     problem: NotRequired[dict[str, Any] | None]
     created_at: str
@@ -105,6 +117,7 @@ class ModelOut(TypedDict):
     algorithm: str
     backend: str
     dataset_id: str
+    dataset: DatasetLineage
     job_id: str
     params: dict[str, Any]
     metrics: dict[str, Any]
@@ -226,6 +239,7 @@ __all__ = [
     'AlgorithmOut',
     'AliasList',
     'AliasOut',
+    'DatasetLineage',
     'DatasetList',
     'DatasetOut',
     'JobList',

@@ -31,7 +31,7 @@ def ensure(session: Session, m: Model) -> None:
     if ds is None or ds.deleted_at is not None:
         return
     directory = storage.dataset_dir(ds.id)
-    if not directory.is_dir():
+    if not (directory / storage.META_FILE).exists():
         return
     n = int(storage.read_meta(directory)["n_rows"])
     rows = np.arange(n)

@@ -32,8 +32,8 @@ def test_every_answer_carries_a_request_id_of_our_own(api, api_as, caplog) -> No
     ours = mine.headers["x-request-id"]
     assert ours != "trace-42.a:b" and len(ours) == 32
     line = next(r for r in caplog.records if r.name == "sodm.access"
-                and r.msg.get("client_request_id") == "trace-42.a:b")
-    assert line.msg["request_id"] == ours
+                and r.sodm_fields.get("client_request_id") == "trace-42.a:b")
+    assert f"request_id={ours}" in line.getMessage()
     fresh = {api.get("/datasets").headers["x-request-id"] for _ in range(2)}
     assert len(fresh) == 2 and all(len(r) == 32 for r in fresh)
     bad = api.get("/datasets", headers={"X-Request-ID": "has spaces and {braces}"})

@@ -225,30 +225,30 @@ def test_generated_client_round_trips_a_training_job(api_server, tenant, heart, 
     """openapi-python-client generates a package from the live document; it compiles and
     trains, polls and predicts through its typed models."""
     (tmp_path / "openapi.json").write_text(httpx.get(api_server + "/openapi.json").text)
-    (tmp_path / "config.yaml").write_text("post_hooks: []\npackage_name_override: sodm_client\n"
+    (tmp_path / "config.yaml").write_text("post_hooks: []\npackage_name_override: sodm_generated\n"
                                           "project_name_override: sodm-client\n")
     exe = Path(sys.executable).with_name("openapi-python-client")
     subprocess.run([str(exe), "generate", "--path", "openapi.json", "--config", "config.yaml",
-                    "--meta", "none", "--output-path", "sodm_client"], cwd=tmp_path,
+                    "--meta", "none", "--output-path", "sodm_generated"], cwd=tmp_path,
                    check=True, capture_output=True, timeout=120)
-    assert compileall.compile_dir(tmp_path / "sodm_client", quiet=1)
+    assert compileall.compile_dir(tmp_path / "sodm_generated", quiet=1)
     sys.path.insert(0, str(tmp_path))
     try:
         _round_trip(api_server, tenant[1], heart["id"])
     finally:
         sys.path.remove(str(tmp_path))
-        for mod in [m for m in sys.modules if m == "sodm_client" or
-                    m.startswith("sodm_client.")]:
+        for mod in [m for m in sys.modules if m == "sodm_generated" or
+                    m.startswith("sodm_generated.")]:
             del sys.modules[mod]
 
 
 def _round_trip(base_url: str, key: str, dataset_id: str) -> None:
-    client_mod = importlib.import_module("sodm_client")
-    models = importlib.import_module("sodm_client.models")
-    train = importlib.import_module("sodm_client.api.jobs.train")
-    get_job = importlib.import_module("sodm_client.api.jobs.get_job")
-    predict = importlib.import_module("sodm_client.api.predict.predict")
-    list_algorithms = importlib.import_module("sodm_client.api.algorithms.list_algorithms")
+    client_mod = importlib.import_module("sodm_generated")
+    models = importlib.import_module("sodm_generated.models")
+    train = importlib.import_module("sodm_generated.api.jobs.train")
+    get_job = importlib.import_module("sodm_generated.api.jobs.get_job")
+    predict = importlib.import_module("sodm_generated.api.predict.predict")
+    list_algorithms = importlib.import_module("sodm_generated.api.algorithms.list_algorithms")
 
     client = client_mod.AuthenticatedClient(base_url=base_url, token=key, timeout=60)
     algs = list_algorithms.sync(client=client)
