@@ -14,8 +14,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /srv/sodm
-COPY requirements/spark.txt ./requirements/
-RUN pip install --require-hashes -r requirements/spark.txt
+COPY requirements/image.txt ./requirements/
+RUN pip install --require-hashes -r requirements/image.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY worker ./worker

@@ -55,6 +55,7 @@ lock:
 	$(UV_COMPILE) --extra dev -o requirements/dev.txt
 	$(UV_COMPILE) --extra service -c requirements/dev.txt -o requirements/service.txt
 	$(UV_COMPILE) --extra spark -c requirements/dev.txt -o requirements/spark.txt
+	$(UV_COMPILE) --extra image -c requirements/dev.txt -o requirements/image.txt
 
 clean:
 	rm -rf $(VENV) .data test-output

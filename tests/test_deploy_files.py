@@ -216,7 +216,7 @@ def _locked(lock: str) -> dict[str, list[tuple[str, str]]]:
     return pins
 
 
-@pytest.mark.parametrize("extra", ["service", "spark", "dev"])
+@pytest.mark.parametrize("extra", ["service", "spark", "image", "dev"])
 def test_every_declared_dependency_is_locked_within_its_range(extra: str) -> None:
     """Each dependency of pyproject.toml (the base ones and the extra's, through the extras it
     names) is pinned with hashes in requirements/<extra>.txt at a version its range allows:
@@ -247,7 +247,7 @@ def test_make_ci_and_docker_install_from_the_hashed_locks() -> None:
     assert "--require-hashes -r requirements/$*.txt" in makefile
     assert "--no-deps -e ." in makefile
     docker = (ROOT / "Dockerfile").read_text()
-    assert "pip install --require-hashes -r requirements/spark.txt" in docker
+    assert "pip install --require-hashes -r requirements/image.txt" in docker
     assert "pip install --no-deps ." in docker
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("make test")
 
