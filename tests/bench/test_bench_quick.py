@@ -52,7 +52,9 @@ def test_quick_benchmark_rows_and_report(tmp_path: Path) -> None:
             assert t["status"] == "ok" and t["best"] in [r["params"] for r in t["table"]], fam
             assert len(t["table"]) == results["config"]["grid_points_target"], fam
     sc = results["scaling"]
-    assert all(p["status"] == "ok" for rec in sc["size"].values() for p in rec["points"])
+    bad = [(m, p) for m, rec in sc["size"].items() for p in rec["points"]
+           if p["status"] != "ok"]
+    assert not bad, bad
     text = doc.read_text()
     for needle in ("## Targets (issue 19)", "### Table 2 (RBF kernel)", "#### phishing",
                    "SODM (RBF)", "LinearSVC (LIBLINEAR)", "Nystroem(4,000) + LinearSVC",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 from bench.http_edge import attack, attackers
 from tests.reliability.probe import Probe
@@ -32,11 +33,14 @@ def test_hostile_clients_are_refused_and_others_are_answered(start_api, make_ten
         stop.set()
         await asyncio.wait(tasks, timeout=60)
 
-    with Probe(server.url, other_key) as probe:
-        asyncio.run(go())
+    # a loop of its own, in a thread of its own: the session's Playwright (the dashboard
+    # tests) keeps an event loop running on this thread
+    with Probe(server.url, other_key) as probe, ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, go()).result()
     probe.check(bound=2.0)
     huge, heads, bodies, crowd = (outcomes[f] for f in families)
-    assert huge["431"] >= 6 and set(huge) <= {"431", "reset", "closed"}, huge
+    # (a 429 when one of them also passes its tenant's request rate: refused all the same)
+    assert huge["431"] >= 6 and set(huge) <= {"431", "429", "reset", "closed"}, huge
     assert heads["408"] >= 6 and set(heads) <= {"408", "held"}, heads
     assert bodies["408"] >= 6 and set(bodies) <= {"408", "held"}, bodies
     # 12 slow heads from one address: 4 held at a time, the others refused at once

@@ -305,8 +305,9 @@ def test_cancel_reaches_a_later_one_vs_rest_problem(sclient, spark_worker, datas
 
 def test_killed_worker_spark_work_is_interrupted(sclient, spark_worker, guide,
                                                  spark_connect_server):
-    """The pool child dies mid-operation: the server keeps running the attempt's Spark job
-    until the reaper (lease expiry) / the retry re-attaches and interrupts it."""
+    """The pool child dies mid-operation: the server would keep running the attempt's Spark
+    job, but the worker releases the dead child's lease at once (worker/child_loss.py) and
+    the retry interrupts attempt 1's session before its own solve."""
     job = submit(sclient, {"dataset_id": guide["id"], "backend": "spark",
                            "params": LONG_SPARK, "seed": SEED, "name": "guide-killed"})
     ui = spark_connect_server.ui_url
@@ -317,9 +318,8 @@ def test_killed_worker_spark_work_is_interrupted(sclient, spark_worker, guide,
     (child,) = spark_worker.children()
     os.kill(child.pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    time.sleep(2.0)
-    # the client is gone, the server still executes the operation (the lease is 15 s)
-    _wait_running(ui, first, True, 5, "the orphaned Spark job still runs")
+    # the client is gone; how long the server still runs its operation depends on when the
+    # retry starts (seconds): only that it stops is asserted
     _wait_running(ui, first, False, 120, "the orphaned Spark job interrupted")
     assert time.monotonic() - killed_at < 120
     # the retry runs as attempt 2 in its own session; cancel it to end the test
