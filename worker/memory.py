@@ -35,9 +35,9 @@ def preload() -> None:
     the BLAS work buffers."""
     for name in PRELOAD:
         importlib.import_module(name)
-    from solver import _numba_kernels
+    from solver import kernel_sums
 
-    _numba_kernels.warmup()
+    kernel_sums.compile_loops()
     warm_blas()
 
 

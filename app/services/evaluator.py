@@ -72,7 +72,7 @@ class ServingModel:
         return self._kernel_sum(Z)
 
     def _kernel_sum(self, Z: np.ndarray) -> np.ndarray:
-        from solver import _numba_kernels as nk
+        from solver import kernel_sums
 
         sv, coef = self.sv, self.coef
         n, m = Z.shape[0], sv.shape[0]
@@ -86,9 +86,10 @@ class ServingModel:
             G = _buffer((e - s) * m).reshape(e - s, m)
             np.dot(Z[s:e], sv.T, out=G)
             if self.kernel == "rbf":
-                nk.rbf_combination(G, sa[s:e], self.sb, self.gamma, coef, out[s:e])
+                kernel_sums.add_rbf_sums(G, sa[s:e], self.sb, self.gamma, coef, out[s:e])
             else:
-                nk.poly_combination(G, self.gamma, self.coef0, self.degree, coef, out[s:e])
+                kernel_sums.add_poly_sums(G, self.gamma, self.coef0, self.degree, coef,
+                                          out[s:e])
         return out
 
     def labels(self, F: np.ndarray) -> list[Any]:

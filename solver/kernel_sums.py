@@ -1,0 +1,31 @@
+"""Kernel sums for code outside ``solver/`` (the service's serving path and the worker's
+warm-up): the public face of the compiled loops in ``solver._numba_kernels``.
+
+Given a block ``G = Z @ SV.T`` of inner products, each function adds
+``sum_j k(z_i, sv_j) coef[j]`` to ``out[i]`` without storing the kernel block."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver import _numba_kernels as _nk
+
+
+def add_rbf_sums(G: np.ndarray, sa: np.ndarray, sb: np.ndarray, gamma: float,
+                 coef: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += sum_j exp(-gamma ||z_i - sv_j||^2) coef[j]``, with ``sa`` and ``sb`` the
+    squared norms of the rows and of the support vectors (``coef`` ``(m, k)``, ``out``
+    ``(n, k)``)."""
+    _nk.rbf_combination(G, sa, sb, gamma, coef, out)
+
+
+def add_poly_sums(G: np.ndarray, gamma: float, coef0: float, degree: int,
+                  coef: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += sum_j (gamma G_ij + coef0)^degree coef[j]``."""
+    _nk.poly_combination(G, gamma, coef0, degree, coef, out)
+
+
+def compile_loops() -> None:
+    """Compile (or load from numba's on-disk cache) every compiled loop once, so that the
+    first job or request does not pay for it."""
+    _nk.warmup()
