@@ -143,6 +143,10 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
     if len(set(names)) != len(names):
         twice = _first_repeat(names)
         raise invalid("parquet", f"duplicate column name {twice!r}", column=twice)
+    for name in names:  # a feature name is stored as text, where NUL cannot be
+        if "\x00" in name:
+            raise invalid("parquet", f"column name {name!r} contains NUL (\\x00)", column=name,
+                          field="header")
     try:
         label = schema.field(label_column).type if label_column in names else None
         text = label is not None and (pa.types.is_string(label) or pa.types.is_large_string(label)
@@ -218,6 +222,12 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
         raise invalid("parquet", f"row {row + 1}: the label is null", row=row + 1, column=name,
                       value="null")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
+        nul = pc.match_substring(col, "\x00")
+        if pc.any(nul).as_py():  # not storable text, and numpy's str drops a trailing one,
+            # which would merge "x" and "x\x00" into one class
+            row = first_true(nul)
+            raise invalid("parquet", f"row {row + 1}: the label contains NUL (\\x00)",
+                          row=row + 1, column=name, field="label", value=col[row].as_py())
         return np.array(col.to_pylist(), dtype=str)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         try:
