@@ -111,3 +111,18 @@ def test_parquet_text_with_nul(fresh, columns: dict[str, Any], where: dict[str, 
     assert {k: problem.get(k) for k in where} == where, problem
     assert unstorable(problem) is None
     assert client.get("/datasets").json()["items"] == before
+
+
+def test_parquet_column_name_over_the_token_cap(fresh) -> None:
+    """A 1 MB column name was stored as a feature name and sent back by every answer about
+    the model (a 1 MB GET /models/{id}); a CSV header cell that long was already a 413."""
+    client, _ = fresh
+    before = client.get("/datasets").json()["items"]
+    r = client.post("/datasets", files={"file": ("wide.parquet", _parquet(
+        {"a" * (1 << 20): [0.1, 0.2] * 5, "label": [1, -1] * 5}))}, data={"format": "parquet"})
+    assert r.status_code == 413, r.text
+    problem = r.json()
+    assert problem["type"].endswith("/dataset-over-limit") and problem["field"] == "header"
+    assert problem["value"] == 1 << 20 and problem["setting"] == "SODM_LIMIT_TOKEN_BYTES"
+    assert len(r.content) < 4096
+    assert client.get("/datasets").json()["items"] == before

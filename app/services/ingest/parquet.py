@@ -143,10 +143,7 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
     if len(set(names)) != len(names):
         twice = _first_repeat(names)
         raise invalid("parquet", f"duplicate column name {twice!r}", column=twice)
-    for name in names:  # a feature name is stored as text, where NUL cannot be
-        if "\x00" in name:
-            raise invalid("parquet", f"column name {name!r} contains NUL (\\x00)", column=name,
-                          field="header")
+    _check_column_names(names)
     try:
         label = schema.field(label_column).type if label_column in names else None
         text = label is not None and (pa.types.is_string(label) or pa.types.is_large_string(label)
@@ -156,6 +153,21 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
         return pq.ParquetFile(path, metadata=plain.metadata, read_dictionary=[label_column])
     except (pa.ArrowException, OSError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+
+
+def _check_column_names(names: list[str]) -> None:
+    """Column names become the model's feature names, stored as text and shown by every
+    model answer: one with a NUL (not storable) is a 422, one longer than a token may be
+    (``SODM_LIMIT_TOKEN_BYTES``, as a CSV header cell) a 413."""
+    limit = get_settings().limit_token_bytes
+    for name in names:
+        if "\x00" in name:
+            raise invalid("parquet", f"column name {name!r} contains NUL (\\x00)", column=name,
+                          field="header")
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise over_limit("token bytes", size, limit, "SODM_LIMIT_TOKEN_BYTES",
+                             format="parquet", column=name, field="header")
 
 
 def _first_repeat(names: list[str]) -> str:
