@@ -2,7 +2,9 @@
 finiteness check but overflows a linear or polynomial kernel sum, and the answer used to be
 a 200 with ``null`` decision values and a label drawn from NaN. Every prediction protocol
 (``/predict`` JSON and ``.npy``, the Open Inference Protocol, MLflow's invocations) now
-answers a 422 naming the row and its largest value, on the real uvicorn."""
+answers a 422 naming the row and its largest value, on the real uvicorn. A training job
+whose held-out data overflows that way failed with an internal error (its metrics held NaN,
+which the JSONB columns refuse): it now fails with a 422 naming the row."""
 
 from __future__ import annotations
 
@@ -88,3 +90,37 @@ def test_open_inference_and_mlflow(overflow_models, model: str) -> None:
                           json={"inputs": [[1e308, 1e308]]}), 0)
     _overflow(client.post(f"/models/{name}/invocations", json={
         "dataframe_split": {"columns": ["a", "b"], "data": [[0.0, 0.0], [1e308, 1e308]]}}), 1)
+
+
+@pytest.mark.parametrize(("params", "state"), [
+    ({"kernel": "linear"}, "SUCCEEDED"),  # margins near 1e306: their squares overflowed
+    ({"kernel": "linear", "probability": True}, "SUCCEEDED"),
+    ({"kernel": "poly", "degree": 3}, "FAILED"),  # decision values past float64
+])
+def test_held_out_rows_past_float64(client, worker, datasets_dir, params: dict,
+                                    state: str) -> None:
+    """Held-out rows of 1e308: a finite margin of 1e306 made the stored margin reference's
+    sum of squares infinite and the job's commit failed (an internal error after three
+    tries); a decision value that is not finite at all now fails the job with a 422 naming
+    the test data's row instead of sklearn's "Input contains NaN"."""
+    from tests.service.jobs_helpers import libsvm_bytes, submit, upload, wait_job
+
+    train = upload(client, datasets_dir, "heart_scale")
+    lines = libsvm_bytes(datasets_dir, "heart_scale").decode().splitlines()[:30]
+    lines[4] = lines[4].split()[0] + " 1:1e308 2:1e308"  # row 5 of the test dataset
+    test = client.post("/datasets", files={"file": ("huge.libsvm", "\n".join(lines).encode())})
+    assert test.status_code == 201, test.text
+    job = submit(client, {"dataset_id": train["id"], "algorithm": "odm", "params": params,
+                          "test_dataset_id": test.json()["id"]})
+    done = wait_job(client, job["id"])
+    assert done["state"] == state and done["attempt"] == 1, done
+    if state == "SUCCEEDED":
+        model = client.get(f"/models/{done['model_id']}")
+        assert model.status_code == 200 and model.json()["metrics"]["n_test"] == 30
+        monitoring = client.get(f"/models/{done['model_id']}/monitoring")
+        assert monitoring.status_code == 200 and monitoring.json()["reference"]["n"] == 30
+        return
+    error = done["error"]
+    assert error["status"] == 422, error  # not "internal error (request id ...)"
+    assert "not finite" in error["detail"] and "first row 5" in error["detail"], error
+    assert "1e+308" in error["detail"] and done["model_id"] is None
