@@ -265,6 +265,52 @@ def test_transition_forms_are_refused_when_sending(api, private_queue, loopback_
     assert words in d["last_error"], d
 
 
+def test_an_endpoint_answering_a_byte_at_a_time_gets_the_timeout(
+        api, private_queue, loopback_allowed, datasets_dir, monkeypatch) -> None:
+    """``SODM_WEBHOOK_TIMEOUT_SECONDS`` bounds the whole attempt: httpx's timeouts bound
+    each read, and an endpoint sending its status line a byte every 0.5 s held a sender
+    (one of ``SODM_WEBHOOK_CONCURRENCY``, shared by every tenant) for as long as it had
+    bytes: 62 s with a 1 s timeout, hours with a long header."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    sent: list[int] = []
+    done = threading.Event()
+
+    def dribble() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            for b in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 200 + b"\r\n\r\n":
+                if done.wait(0.5):
+                    return
+                try:
+                    conn.send(bytes([b]))
+                except OSError:  # the sender hung up: what the test waits for
+                    return
+                sent.append(b)
+
+    t = threading.Thread(target=dribble, daemon=True)
+    t.start()
+    hook = api.post("/webhooks", json={"url": f"http://127.0.0.1:{srv.getsockname()[1]}/h",
+                                       "events": ["job.cancelled"]}).json()
+    _cancelled_job(api, datasets_dir)
+    _announce()
+    monkeypatch.setenv("SODM_WEBHOOK_TIMEOUT_SECONDS", "1")
+    reset_app_caches()
+    try:
+        assert webhook_delivery.deliver_due() >= 1  # other tests' retries may be due too
+    finally:
+        done.set()
+        t.join(10)
+        srv.close()
+    [d] = _deliveries(api, hook["id"])
+    assert d["attempts"] == 1 and d["status"] == "pending", d
+    assert d["last_error"] == "no answer within 1 s", d
+    assert 0 < len(sent) < 200  # it was still sending its status line
+
+
 def test_moving_an_alias_is_an_event(api, tenant, loopback_allowed, receiver) -> None:
     import numpy as np
 
