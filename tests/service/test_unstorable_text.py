@@ -126,3 +126,36 @@ def test_parquet_column_name_over_the_token_cap(fresh) -> None:
     assert problem["value"] == 1 << 20 and problem["setting"] == "SODM_LIMIT_TOKEN_BYTES"
     assert len(r.content) < 4096
     assert client.get("/datasets").json()["items"] == before
+
+
+def _not_utf8_strings(values: list[bytes]) -> pa.Array:
+    """A string array whose bytes are not all UTF-8 (pyarrow checks them only when asked)."""
+    import numpy as np
+
+    offsets = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(values), [
+        None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))])
+
+
+@pytest.mark.parametrize(("content", "where"), [
+    # a label that is not UTF-8 (an invalid byte, an encoded lone surrogate)
+    (lambda: _parquet({"a": [0.1, 0.2] * 5, "label": _not_utf8_strings(
+        [b"ok", b"no", b"\xff\xfe", b"ok"] + [b"no"] * 6)}), {"row": 3, "field": "label"}),
+    (lambda: _parquet({"a": [0.1, 0.2] * 5, "label": _not_utf8_strings(
+        [b"ok", b"\xed\xa0\x80"] * 5)}), {"row": 2, "field": "label"}),
+    # a column name that is not (the footer's bytes patched, same length)
+    (lambda: _parquet({"ZZZZ": [0.1, 0.2] * 5, "label": [1, -1] * 5}).replace(
+        b"ZZZZ", b"\xff\xfeZZ"), {"field": "header"}),
+])
+def test_parquet_text_that_is_not_utf8(fresh, content, where: dict[str, Any]) -> None:
+    """Each was ``500 ingest-crashed`` (a ``UnicodeDecodeError`` in the parse)."""
+    client, _ = fresh
+    before = client.get("/datasets").json()["items"]
+    r = client.post("/datasets", files={"file": ("u.parquet", content())},
+                    data={"format": "parquet"})
+    assert r.status_code == 422, r.text
+    problem = r.json()
+    assert problem["type"].endswith("/invalid-parquet") and "UTF-8" in problem["detail"]
+    assert {k: problem.get(k) for k in where} == where, problem
+    assert unstorable(problem) is None
+    assert client.get("/datasets").json()["items"] == before

@@ -46,7 +46,7 @@ def parse_parquet(path: Path, label_column: str) -> Parsed:
                              [n for n in names if n not in (label_column, "row_id")])
     try:
         table = pf.read()
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     if table.num_rows == 0:
         raise ProblemError(422, "Empty dataset", detail="the Parquet file has no rows",
@@ -80,6 +80,9 @@ def _check_parquet_footer(path: Path) -> pq.ParquetFile:
     try:
         pf = pq.ParquetFile(path)
         md = pf.metadata
+    except UnicodeDecodeError as exc:  # a column name's bytes (pyarrow decodes them here)
+        raise invalid("parquet", f"a column name is not UTF-8 text ({exc})",
+                      field="header") from None
     except (pa.ArrowException, OSError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     expanded = 0
@@ -137,7 +140,7 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
     over many rows stay one copy each until their count and lengths are checked."""
     try:
         schema = plain.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     names = schema.names
     if len(set(names)) != len(names):
@@ -151,7 +154,7 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
         if not text:
             return plain
         return pq.ParquetFile(path, metadata=plain.metadata, read_dictionary=[label_column])
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
 
 
@@ -234,6 +237,7 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
         raise invalid("parquet", f"row {row + 1}: the label is null", row=row + 1, column=name,
                       value="null")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
+        _check_utf8(col, name)
         nul = pc.match_substring(col, "\x00")
         if pc.any(nul).as_py():  # not storable text, and numpy's str drops a trailing one,
             # which would merge "x" and "x\x00" into one class
@@ -252,6 +256,26 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
                                      "integer range", row=row + 1, column=name,
                           value=str(value)) from None
     return _parquet_numeric(col, name)
+
+
+def _check_utf8(col: pa.ChunkedArray, name: str) -> None:
+    """A Parquet string column is UTF-8 by its type, not by its bytes: a label that is not
+    was a ``UnicodeDecodeError`` (500) when the labels were decoded; a 422 naming its row."""
+    start = 0
+    for chunk in col.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            for k, raw in enumerate(chunk.cast(pa.binary()).to_pylist()):  # the error path
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise invalid("parquet", f"row {start + k + 1}: the label is not UTF-8 "
+                                  "text", row=start + k + 1, column=name, field="label",
+                                  value=repr(raw)) from None
+            raise invalid("parquet", f"column {name!r} is not a valid string column",
+                          column=name) from None
+        start += len(chunk)
 
 
 def _is_list(t: pa.DataType) -> bool:
