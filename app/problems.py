@@ -122,8 +122,8 @@ class ProblemError(Exception):
         out: dict[str, Any] = {"type": self.type, "title": self.title, "status": self.status}
         if self.detail is not None:
             out["detail"] = self.detail
-        if instance is not None:
-            out["instance"] = instance
+        if instance is not None:  # the request's path, as the client wrote it
+            out["instance"] = clean_text(instance)
         out.update(self.extensions)
         return out
 

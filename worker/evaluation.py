@@ -52,6 +52,27 @@ def _roc_points(y: np.ndarray, classes: np.ndarray, F: np.ndarray) -> dict[str, 
     return {"fpr": [round(float(v), 5) for v in fpr], "tpr": [round(float(v), 5) for v in tpr]}
 
 
+class HeldOutOutOfRange(ValueError):
+    """A held-out row whose decision value is not finite: its finite values (1e308) overflow
+    the model's kernel sum. A ``ValueError``, so the job fails with a 422 naming the row,
+    not with an internal error (NaN and infinities are not JSON: the metrics could not be
+    stored)."""
+
+
+def _require_finite_decisions(F: np.ndarray, X: Any) -> None:
+    bad = ~np.isfinite(F.reshape(F.shape[0], -1)).all(axis=1)
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    row = np.abs(X[i].toarray().ravel() if hasattr(X, "toarray") else np.asarray(X[i]).ravel())
+    j = int(np.argmax(row)) if row.size else 0
+    raise HeldOutOutOfRange(
+        f"the held-out data's decision values are not finite for {int(bad.sum())} row(s), "
+        f"first row {i + 1} (its largest value: feature {j + 1} = {float(X[i, j])!r}): the "
+        "model's kernel sum overflows float64 on them; scale the test data as the training "
+        "data (test_dataset_id / test_fraction)")
+
+
 def evaluate(est: Any, X: Any, y: np.ndarray
              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """``(metrics, margin, margin reference)`` of ``est`` on labelled data X, y (original
@@ -63,6 +84,7 @@ def evaluate(est: Any, X: Any, y: np.ndarray
     y = np.asarray(y)
     classes = np.asarray(est.classes_)
     F = np.asarray(est.decision_function(X), dtype=np.float64)
+    _require_finite_decisions(F, X)
     idx = (F > 0).astype(np.intp) if F.ndim == 1 else np.argmax(F, axis=1)
     pred = classes[idx]
     labels = np.unique(np.concatenate([classes, np.unique(y)]))

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model, model_validator
 
 from app.models import JobState
-from app.schemas.common import ID_PATTERN
+from app.schemas.common import ID_PATTERN, StoredBody
 from app.services import algorithms
 
 DEFAULT_ALGORITHM = "sodm"
@@ -37,7 +37,7 @@ TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
-class SearchSpec(BaseModel):
+class SearchSpec(StoredBody):
     """Grid search with stratified k-fold cross-validation on the training part: every
     combination of the listed parameter values (at most ``SODM_LIMIT_GRID_POINTS``), each
     value checked like the same key of ``params``."""
@@ -49,7 +49,7 @@ class SearchSpec(BaseModel):
     folds: int = Field(default=3, ge=2, description="at most SODM_LIMIT_SEARCH_FOLDS (20)")
 
 
-class TrainRequestBase(BaseModel):
+class TrainRequestBase(StoredBody):
     """The fields every ``POST /train`` body has; ``algorithm`` selects the variant and with
     it the typed ``params``. Unknown keys are rejected (422)."""
 

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from app.schemas.common import StoredBody
+
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # an alias starts with a letter, so name@3 is always a version and name@champion an alias
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
@@ -77,7 +79,7 @@ class ModelList(BaseModel):
     next_cursor: str | None
 
 
-class ModelPatch(BaseModel):
+class ModelPatch(StoredBody):
     """``PATCH /models/{id}``: the fields given replace the stored ones."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={
@@ -91,7 +93,7 @@ class ModelPatch(BaseModel):
                                    description="the whole set of tags (replaces the old one)")
 
 
-class AliasPut(BaseModel):
+class AliasPut(StoredBody):
     """``PUT /models/{name}/aliases/{alias}``: the version to point at (by number or id)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 3}]})

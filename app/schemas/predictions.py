@@ -8,11 +8,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.models import JobState
-from app.schemas.common import ID_PATTERN
+from app.schemas.common import ID_PATTERN, StoredBody
 from app.schemas.jobs import JobOut, Progress
 
 
-class PredictionRequest(BaseModel):
+class PredictionRequest(StoredBody):
     """``POST /predictions``: a model (by id or reference) over a stored dataset."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={

@@ -8,10 +8,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.models import DeliveryStatus, WebhookEvent
+from app.schemas.common import StoredBody
 from app.services.webhook_targets import MAX_URL_LENGTH
 
 
-class WebhookCreate(BaseModel):
+class WebhookCreate(StoredBody):
     """``POST /webhooks``: where to send which events, signed with which secret."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [

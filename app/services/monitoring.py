@@ -48,6 +48,10 @@ N_COUNTS = GRID_BINS + 2
 _SCALE = GRID_BINS / (GRID_HI - GRID_LO)
 PSI_BINS = 10  # the PSI compares the shares in the reference's deciles
 PSI_FLOOR = 1e-4  # a share of 0 counts as this much in the PSI's logarithm
+# margins count at most this far from 0 in the sums: a finite margin of 1e200 (inputs such
+# as 1e308 on a linear model) would make the sum of squares infinite, which a JSONB
+# reference cannot hold and which poisons every later variance of its window
+MARGIN_CLIP = 1e100
 FOLD_AT = 1 << 20  # pending margins of one model and window that wake the flusher early
 PRUNE_EVERY_SECONDS = 60.0
 
@@ -76,7 +80,7 @@ class Summary:
 
     @classmethod
     def of(cls, m: np.ndarray, theta: float) -> Summary:
-        m = np.asarray(m, dtype=np.float64)
+        m = np.clip(np.asarray(m, dtype=np.float64), -MARGIN_CLIP, MARGIN_CLIP)
         inside = int(np.count_nonzero((m >= 1.0 - theta) & (m <= 1.0 + theta)))
         return cls(int(m.size), float(m.sum()), float(np.dot(m, m)), inside, bin_counts(m))
 

@@ -200,6 +200,9 @@ def _outputs(outputs: Any, binary_output: bool) -> list[tuple[str, bool]] | None
     for k, item in enumerate(outputs):
         if type(item) is not dict or item.get("name") not in OUTPUTS:
             raise bad_request(f"outputs[{k}]: the outputs are {', '.join(OUTPUTS)}")
+        if any(name == item["name"] for name, _ in wanted):  # each answered once: a list of
+            # the same name repeated must not multiply the answer's size
+            raise bad_request(f"outputs[{k}]: {item['name']!r} is asked for twice")
         oparams = _dict(item.get("parameters"), f"outputs[{k}].parameters")
         wanted.append((item["name"],
                        _flag(oparams, "binary_data", f"outputs[{k}]") or binary_output))

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from app.config import get_settings
+from app.problems import ProblemError
 from app.services import model_store, monitoring
 from app.services.batcher import evaluations
 from app.services.evaluator import ServingModel
@@ -102,9 +103,31 @@ async def predict(m: ModelLike, X: np.ndarray | sp.csr_matrix,
     are recorded here (``app.services.monitoring``)."""
     sm = await load_async(m)
     F = await evaluations().decision(m.id, sm.decision, X, wanted)
+    check_finite_decisions(F, X)
     monitoring.recorder().observe(m.id, monitoring.model_theta(sm.est), F)
     values: Any = F[:, 0] if len(sm.classes) == 2 else F
     platt = getattr(sm.est, "platt_", None)  # trained with probability=True
     return {"model_id": m.id, "model_name": m.name, "version": int(m.version),
             "classes": sm.classes.tolist(), "labels": sm.labels(F), "decision_values": values,
             "probabilities": None if platt is None else platt_probabilities(values, platt)}
+
+
+def check_finite_decisions(F: np.ndarray, X: np.ndarray | sp.csr_matrix) -> None:
+    """A 422 naming the first row (and its largest value) whose decision value is not
+    finite: finite inputs such as 1e308 overflow the kernel sum, and an infinite or NaN
+    margin is neither a label nor JSON."""
+    bad_rows = ~np.isfinite(F).reshape(F.shape[0], -1).all(axis=1)
+    if not bad_rows.any():
+        return
+    rows = np.flatnonzero(bad_rows)
+    i = int(rows[0])
+    row = np.abs(X[i].toarray().ravel() if sp.issparse(X) else np.asarray(X[i]).ravel())
+    j = int(np.argmax(row)) if row.size else 0
+    value = float(X[i, j]) if row.size else 0.0
+    raise ProblemError(
+        422, "Values out of range",
+        detail=f"row {i}: the decision value is not finite (the model's kernel sum overflows "
+               f"float64); its largest value is feature {j} = {value!r}, scale the features "
+               "as the training data was", type="values-out-of-range",
+        field=f"instances[{i}][{j}]", row=i, rows=[int(r) for r in rows[:100]],
+        n_rows=int(rows.size))

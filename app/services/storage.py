@@ -214,10 +214,14 @@ def remove_dataset_files(dataset_id: str) -> None:
 # ---------------------------------------------------------------- dataset files
 
 def label_type_of(y: np.ndarray) -> str:
+    """``"int"``, ``"float"`` or ``"str"``: integral floats are ints only within int64's
+    range (1e19 or 1e70 as int64 were all -2**63: distinct labels merged into one)."""
     if y.dtype.kind in "iub":
         return "int"
     if y.dtype.kind == "f":
-        return "int" if np.all(np.isfinite(y)) and np.all(y == np.round(y)) else "float"
+        integral = np.all(np.isfinite(y)) and np.all(y == np.round(y))
+        in_range = integral and np.all((y >= -(2.0 ** 63)) & (y < 2.0 ** 63))
+        return "int" if in_range else "float"
     return "str"
 
 

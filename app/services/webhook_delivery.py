@@ -12,7 +12,10 @@ A 2xx answer delivers it; anything else schedules the next attempt after the nex
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -93,18 +96,67 @@ def send(c: Claimed) -> Outcome:
     headers["host"] = _host_header(target)
     url = httpx.URL(scheme=target.scheme, host=target.address, port=target.port,
                     raw_path=target.path.encode("ascii", "replace"))
-    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    deadline = _Deadline(s.webhook_timeout_seconds)
+    extensions: dict[str, Any] = {"trace": deadline.trace}
+    if target.scheme == "https":
+        extensions["sni_hostname"] = target.host
     try:
-        with httpx.Client(timeout=s.webhook_timeout_seconds, follow_redirects=False,
-                          trust_env=False) as client, \
+        with deadline, httpx.Client(timeout=s.webhook_timeout_seconds, follow_redirects=False,
+                                    trust_env=False) as client, \
                 client.stream("POST", url, content=body.encode(), headers=headers,
                               extensions=extensions) as r:
             status = r.status_code  # the answer's body is never read
     except httpx.HTTPError as exc:
+        if deadline.expired:
+            return Outcome(None, f"no answer within {s.webhook_timeout_seconds:g} s")
         return Outcome(None, f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
     if 200 <= status < 300:
         return Outcome(status, None)
     return Outcome(status, f"HTTP {status}")
+
+
+class _Deadline:
+    """One attempt's whole time, the connection included: httpx's timeouts bound each read,
+    so an endpoint sending its answer a byte at a time held a sender for as long as it
+    liked. When ``seconds`` have passed, the connection's socket is shut down (which wakes
+    the read blocked on it); ``trace`` is the httpx trace hook that hands over the socket."""
+
+    def __init__(self, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self.expired = False
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is None:
+            return
+        with self._lock:
+            self._socks.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._socks:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _host_header(t: webhook_targets.Target) -> str:

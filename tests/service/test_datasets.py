@@ -185,6 +185,29 @@ def test_text_labels_and_sparse_layout(api: httpx.Client,
     assert (X != X0).nnz == 0
 
 
+@pytest.mark.parametrize(("name", "data", "classes"), [
+    ("big.libsvm", b"1e19 1:0.1\n1e70 1:0.2\n-1 1:0.3\n9223372036854775808 1:0.4\n",
+     {"1e+19": 1, "1e+70": 1, "-1.0": 1, "9.223372036854776e+18": 1}),
+    ("big.csv", b"a,label\n0.1,1e19\n0.2,-9.3e18\n0.3,1e19\n",
+     {"1e+19": 2, "-9.3e+18": 1}),
+    ("big.parquet", _parquet_bytes(pa.table({"a": [0.1, 0.2, 0.3], "label": pa.array(
+        [2.0 ** 63, -(2.0 ** 63), 1.0])})),
+     {"9.223372036854776e+18": 1, "-9.223372036854776e+18": 1, "1.0": 1}),
+    ("edge.csv", b"a,label\n0.1,-9223372036854775808\n0.2,1\n",  # -2**63 is an int64
+     {"-9223372036854775808": 1, "1": 1}),
+])
+def test_integral_labels_past_int64_stay_distinct(api: httpx.Client, stack_env: dict[str, str],
+                                                  name: str, data: bytes,
+                                                  classes: dict[str, int]) -> None:
+    """Integral labels past int64's range are float labels: as int64 they all became
+    -9223372036854775808 (1e19 and 1e70 merged into one class, silently)."""
+    r = _upload(api, name, data)
+    assert r.status_code == 201, r.text
+    assert r.json()["classes"] == classes
+    _, y = _stored(r.json(), Path(stack_env["SODM_DATA_DIR"]))
+    assert len(np.unique(y)) == len(classes)
+
+
 def test_list_paginates_get_and_delete(api: httpx.Client, heart_text: bytes,
                                        stack_env: dict[str, str]) -> None:
     ids = [_upload(api, "h.libsvm", heart_text, name=f"page-{i}").json()["id"]

@@ -211,6 +211,9 @@ def test_errors_are_the_protocols_shape_with_predicts_statuses(api_server, auth,
             ({**body, "inputs": [{**body["inputs"][0],
                                   "data": [True] + X[0].tolist()[1:]}]}, 422, "true/false"),
             ({**body, "outputs": [{"name": "margin"}]}, 400, "the outputs are label"),
+            # a small body asking for one output 100,000 times must not multiply the answer
+            ({**body, "outputs": [{"name": "label"}] * 100_000}, 400,
+             "outputs[1]: 'label' is asked for twice"),
             ({"inputs": []}, 400, "inputs must be a non-empty array"),
         ]
         for doc, status, fragment in cases:

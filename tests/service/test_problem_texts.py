@@ -57,3 +57,17 @@ def test_a_file_of_nul_bytes_is_a_problem_not_a_crash(api) -> None:
     assert all(not UNSAFE.search(s) for s in _strings(problem)), problem
     assert problem["token"].startswith("\\x00\\x00") and len(r.content) < 4096
     assert {d["id"] for d in api.get("/datasets").json()["items"]} == before  # none kept
+
+
+def test_the_instance_echoes_the_path_clean_and_bounded(client) -> None:
+    """``instance`` is the request's path as the client wrote it: a NUL, an escape sequence
+    or a long path in it came back raw (real uvicorn: the path is decoded there)."""
+    r = client.get("/datasets/a%00b%1b%5b31m%c2%85")
+    assert r.status_code == 422 and r.headers["content-type"].startswith(
+        "application/problem+json"), r.text
+    assert r.json()["instance"] == "/datasets/a\\x00b\\x1b[31m\\x85", r.json()
+    r = client.get("/datasets/" + "x" * 5000)
+    assert r.status_code == 422, r.text
+    instance = r.json()["instance"]
+    assert len(instance) == MAX_TEXT_CHARS and instance.endswith("..."), len(instance)
+    assert all(not UNSAFE.search(s) for s in _strings(r.json()))

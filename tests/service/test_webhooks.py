@@ -82,6 +82,17 @@ def _verify(secret: str, req) -> dict:
     ("http://localhost:8080/hook", "loopback"),
     ("http://[::1]/hook", "loopback"),
     ("http://[::ffff:127.0.0.1]/hook", "loopback"),
+    # IPv6 transition forms reaching an IPv4 address (issue 36): judged by that address
+    ("http://[::ffff:10.0.0.1]/hook", "private (through IPv4-mapped 10.0.0.1)"),
+    ("http://[2002:7f00:1::1]/hook", "loopback (through 6to4 127.0.0.1)"),
+    ("http://[2002:a00:1::]/hook", "private (through 6to4 10.0.0.1)"),
+    ("http://[64:ff9b::7f00:1]/hook", "loopback (through NAT64 127.0.0.1)"),
+    ("http://[64:ff9b::a9fe:a9fe]/latest", "link-local (through NAT64 169.254.169.254)"),
+    ("http://[64:ff9b:1::a00:1]/hook", "private (through NAT64 10.0.0.1)"),
+    ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook", "loopback (through Teredo 127.0.0.1)"),
+    ("http://[2001:0:7f00:1::1]/hook", "loopback (through Teredo 127.0.0.1)"),
+    ("http://[::ffff:0:7f00:1]/hook", "loopback (through IPv4-translated 127.0.0.1)"),
+    ("http://[fec0::1]/hook", "site-local"),
     ("http://10.1.2.3/hook", "private"),
     ("https://192.168.0.10/hook", "private"),
     ("http://169.254.169.254/latest/meta-data", "link-local"),
@@ -228,6 +239,76 @@ def test_the_address_is_checked_again_when_sending(api, private_queue, loopback_
     [d] = _deliveries(api, hook["id"])
     assert d["attempts"] == 1 and d["last_error"].startswith("refused: ")
     assert "loopback" in d["last_error"] and receiver.requests == []
+
+
+@pytest.mark.parametrize(("host", "words"), [
+    ("[2002:7f00:1::1]", "through 6to4 127.0.0.1"),
+    ("[64:ff9b::a00:1]", "through NAT64 10.0.0.1"),
+    ("[2001:0:4136:e378:8000:63bf:80ff:fffe]", "through Teredo 127.0.0.1"),
+    ("[::ffff:127.0.0.1]", "through IPv4-mapped 127.0.0.1"),
+])
+def test_transition_forms_are_refused_when_sending(api, private_queue, loopback_allowed,
+                                                    datasets_dir, monkeypatch, host: str,
+                                                    words: str) -> None:
+    """The delivery-time check judges an IPv6 transition form by the IPv4 address it
+    reaches, as the registration does (a name may resolve to one after registering)."""
+    hook = api.post("/webhooks", json={"url": f"http://{host}:9/hook",
+                                       "events": ["job.cancelled"]})
+    assert hook.status_code == 201, hook.text
+    _cancelled_job(api, datasets_dir)
+    _announce()
+    monkeypatch.setenv("SODM_WEBHOOK_ALLOW_PRIVATE", "0")
+    reset_app_caches()
+    webhook_delivery.deliver_due()
+    [d] = _deliveries(api, hook.json()["id"])
+    assert d["attempts"] == 1 and d["last_error"].startswith("refused: "), d
+    assert words in d["last_error"], d
+
+
+def test_an_endpoint_answering_a_byte_at_a_time_gets_the_timeout(
+        api, private_queue, loopback_allowed, datasets_dir, monkeypatch) -> None:
+    """``SODM_WEBHOOK_TIMEOUT_SECONDS`` bounds the whole attempt: httpx's timeouts bound
+    each read, and an endpoint sending its status line a byte every 0.5 s held a sender
+    (one of ``SODM_WEBHOOK_CONCURRENCY``, shared by every tenant) for as long as it had
+    bytes: 62 s with a 1 s timeout, hours with a long header."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    sent: list[int] = []
+    done = threading.Event()
+
+    def dribble() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            for b in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 200 + b"\r\n\r\n":
+                if done.wait(0.5):
+                    return
+                try:
+                    conn.send(bytes([b]))
+                except OSError:  # the sender hung up: what the test waits for
+                    return
+                sent.append(b)
+
+    t = threading.Thread(target=dribble, daemon=True)
+    t.start()
+    hook = api.post("/webhooks", json={"url": f"http://127.0.0.1:{srv.getsockname()[1]}/h",
+                                       "events": ["job.cancelled"]}).json()
+    _cancelled_job(api, datasets_dir)
+    _announce()
+    monkeypatch.setenv("SODM_WEBHOOK_TIMEOUT_SECONDS", "1")
+    reset_app_caches()
+    try:
+        assert webhook_delivery.deliver_due() >= 1  # other tests' retries may be due too
+    finally:
+        done.set()
+        t.join(10)
+        srv.close()
+    [d] = _deliveries(api, hook["id"])
+    assert d["attempts"] == 1 and d["status"] == "pending", d
+    assert d["last_error"] == "no answer within 1 s", d
+    assert 0 < len(sent) < 200  # it was still sending its status line
 
 
 def test_moving_an_alias_is_an_event(api, tenant, loopback_allowed, receiver) -> None:

@@ -46,7 +46,7 @@ def parse_parquet(path: Path, label_column: str) -> Parsed:
                              [n for n in names if n not in (label_column, "row_id")])
     try:
         table = pf.read()
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     if table.num_rows == 0:
         raise ProblemError(422, "Empty dataset", detail="the Parquet file has no rows",
@@ -80,6 +80,9 @@ def _check_parquet_footer(path: Path) -> pq.ParquetFile:
     try:
         pf = pq.ParquetFile(path)
         md = pf.metadata
+    except UnicodeDecodeError as exc:  # a column name's bytes (pyarrow decodes them here)
+        raise invalid("parquet", f"a column name is not UTF-8 text ({exc})",
+                      field="header") from None
     except (pa.ArrowException, OSError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     expanded = 0
@@ -137,12 +140,13 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
     over many rows stay one copy each until their count and lengths are checked."""
     try:
         schema = plain.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
     names = schema.names
     if len(set(names)) != len(names):
         twice = _first_repeat(names)
         raise invalid("parquet", f"duplicate column name {twice!r}", column=twice)
+    _check_column_names(names)
     try:
         label = schema.field(label_column).type if label_column in names else None
         text = label is not None and (pa.types.is_string(label) or pa.types.is_large_string(label)
@@ -150,8 +154,23 @@ def _open_parquet(path: Path, plain: pq.ParquetFile, label_column: str) -> pq.Pa
         if not text:
             return plain
         return pq.ParquetFile(path, metadata=plain.metadata, read_dictionary=[label_column])
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise invalid("parquet", f"unreadable Parquet file: {exc}") from exc
+
+
+def _check_column_names(names: list[str]) -> None:
+    """Column names become the model's feature names, stored as text and shown by every
+    model answer: one with a NUL (not storable) is a 422, one longer than a token may be
+    (``SODM_LIMIT_TOKEN_BYTES``, as a CSV header cell) a 413."""
+    limit = get_settings().limit_token_bytes
+    for name in names:
+        if "\x00" in name:
+            raise invalid("parquet", f"column name {name!r} contains NUL (\\x00)", column=name,
+                          field="header")
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise over_limit("token bytes", size, limit, "SODM_LIMIT_TOKEN_BYTES",
+                             format="parquet", column=name, field="header")
 
 
 def _first_repeat(names: list[str]) -> str:
@@ -218,6 +237,13 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
         raise invalid("parquet", f"row {row + 1}: the label is null", row=row + 1, column=name,
                       value="null")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
+        _check_utf8(col, name)
+        nul = pc.match_substring(col, "\x00")
+        if pc.any(nul).as_py():  # not storable text, and numpy's str drops a trailing one,
+            # which would merge "x" and "x\x00" into one class
+            row = first_true(nul)
+            raise invalid("parquet", f"row {row + 1}: the label contains NUL (\\x00)",
+                          row=row + 1, column=name, field="label", value=col[row].as_py())
         return np.array(col.to_pylist(), dtype=str)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         try:
@@ -230,6 +256,26 @@ def _parquet_labels(col: pa.ChunkedArray, name: str) -> np.ndarray:
                                      "integer range", row=row + 1, column=name,
                           value=str(value)) from None
     return _parquet_numeric(col, name)
+
+
+def _check_utf8(col: pa.ChunkedArray, name: str) -> None:
+    """A Parquet string column is UTF-8 by its type, not by its bytes: a label that is not
+    was a ``UnicodeDecodeError`` (500) when the labels were decoded; a 422 naming its row."""
+    start = 0
+    for chunk in col.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            for k, raw in enumerate(chunk.cast(pa.binary()).to_pylist()):  # the error path
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise invalid("parquet", f"row {start + k + 1}: the label is not UTF-8 "
+                                  "text", row=start + k + 1, column=name, field="label",
+                                  value=repr(raw)) from None
+            raise invalid("parquet", f"column {name!r} is not a valid string column",
+                          column=name) from None
+        start += len(chunk)
 
 
 def _is_list(t: pa.DataType) -> bool:
