@@ -188,11 +188,11 @@ class _Inner:
                     vv = v.copy()
                     o = np.ascontiguousarray(order, dtype=np.int64)
                     if sparse:
-                        s2 = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
-                                       s, eta, slam, th, ups)
+                        s2 = inner_csr(o, X.indptr, X.indices, X.data, y, np.ones(y.size), xu,
+                                       cw, vv, s, eta, slam, th, ups)
                     else:
-                        s2 = inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
-                                         eta, slam, th, ups)
+                        s2 = inner_dense(o, np.ascontiguousarray(X), y, np.ones(y.size), xu, cw,
+                                         vv, s, eta, slam, th, ups)
                     yield pd.DataFrame({"v": [vv], "s": [float(s2)]})
 
         out = self.packed.filter(F.col("part") == F.lit(j)) \
