@@ -71,13 +71,32 @@ def _load(dataset_id: str) -> tuple[Any, np.ndarray]:
     return storage.load_dataset(storage.dataset_dir(dataset_id))
 
 
-def _feature_names(dataset_id: str, n_features: int) -> list[str] | None:
-    """The dataset's column names (CSV header, Parquet schema) when there is one per
-    feature of the model; LIBSVM data has none."""
+def _feature_names(dataset_id: str, n_features: int,
+                   weight_column: str | None = None) -> list[str] | None:
+    """The dataset's column names (CSV header, Parquet schema; the weight column taken out)
+    when there is one per feature of the model; LIBSVM data has none."""
     from app.services import storage
 
     names = storage.read_meta(storage.dataset_dir(dataset_id)).get("feature_names")
+    if names and weight_column is not None:
+        names = [n for n in names if n != weight_column]
     return [str(n) for n in names] if names and len(names) == n_features else None
+
+
+def _without_weights(dataset_id: str, X: Any, column: str | None
+                     ) -> tuple[Any, np.ndarray | None]:
+    """``X`` without the request's weight column, and that column (None without one)."""
+    if column is None:
+        return X, None
+    from app.services import storage
+
+    j = storage.feature_index(storage.dataset_dir(dataset_id), column)
+    if j is None:
+        raise ValueError(f"dataset {dataset_id} has no column named {column!r}")
+    w = np.asarray(X[:, [j]].toarray() if sp.issparse(X) else X[:, j],
+                   dtype=np.float64).ravel()
+    keep = np.flatnonzero(np.arange(X.shape[1]) != j)
+    return (X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep])), w
 
 
 def _fit_width(X: Any, n_features: int) -> Any:
@@ -321,6 +340,7 @@ class _TrainData:
     y_test: np.ndarray
     train_rows: np.ndarray | None = None
     spark_job: Any = None
+    w_train: np.ndarray | None = None  # the rows' weights (the request's weight_column)
 
 
 def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> str:
@@ -328,6 +348,8 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     seed = c.seed
     params = dict(c.params)
     est = build_estimator(c.algorithm, params, seed)
+    if c.class_weight is not None:
+        est.set_params(class_weight=c.class_weight)
     hb.report(0.01, "loading data")
     data = _training_data(c, hb, spark_scope)
     check_going(hb)
@@ -361,11 +383,14 @@ def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitSta
         spark_job = spark_scope.enter_context(_spark_job(c, hb))
         return _TrainData(None, y_train, X_test, y_test, train_rows, spark_job)
     X, y = _load(c.dataset_id)
+    X, w = _without_weights(c.dataset_id, X, c.weight_column)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        return _TrainData(X, y, _fit_width(X_test, X.shape[1]), y_test)
+        X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
+        return _TrainData(X, y, _fit_width(X_test, X.shape[1]), y_test, w_train=w)
     train_idx, test_idx = split(X, y, c.test_fraction, c.seed)
-    return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx])
+    return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx],
+                      w_train=None if w is None else w[train_idx])
 
 
 def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
@@ -381,7 +406,8 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
         fit_score = spark_fit_score(data.spark_job, params, c.seed, data.train_rows,
                                     data.y_train)
     else:
-        fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop)
+        fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop,
+                                    data.w_train)
     search_result = grid_search(
         data.y_train, c.search.grid, c.search.folds, c.seed, fit_score,
         progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
@@ -429,7 +455,8 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
         spark_scope.close()  # the Spark session ends with the training
         spark_auto.record(est, auto_info, clock.seconds)
     else:
-        est.fit(data.X_train, data.y_train, progress=progress, should_stop=hb.should_stop)
+        est.fit(data.X_train, data.y_train, data.w_train, progress=progress,
+                should_stop=hb.should_stop)
     return est, time.perf_counter() - t0
 
 
@@ -453,7 +480,8 @@ def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
                             "random_state": est.get_params().get("random_state")}),
         "metrics": metrics, **margins, "fit_info": fit_info,
         "n_features": int(est.n_features_in_),
-        "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
+        "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_),
+                                        c.weight_column),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_sha256": stored.sha256,
         "file_bytes": stored.size,

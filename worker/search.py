@@ -31,14 +31,21 @@ def _folds(y: np.ndarray, k: int, seed: int):
     return KFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)))
 
 
-def local_fit_score(est: Any, X: Any, y: np.ndarray,
-                    should_stop: Callable[[], bool]) -> FitScore:
-    """Fit ``clone(est)`` with the point on ``X[train]``, score it on ``X[validation]``."""
+def local_fit_score(est: Any, X: Any, y: np.ndarray, should_stop: Callable[[], bool],
+                    sample_weight: np.ndarray | None = None) -> FitScore:
+    """Fit ``clone(est)`` with the point on ``X[train]`` (their ``sample_weight``), score it
+    on ``X[validation]``: accuracy weighted by their ``sample_weight``, balanced accuracy
+    when the estimator has a ``class_weight`` (``solver.autotune.CVWeights``)."""
+    from solver.autotune import CVWeights
+
+    weights = CVWeights(score=sample_weight,
+                        balanced=getattr(est, "class_weight", None) is not None)
 
     def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
         cand = clone(est).set_params(**point)
-        cand.fit(X[tr], y[tr], should_stop=should_stop)
-        return float(cand.score(X[va], y[va]))
+        cand.fit(X[tr], y[tr], None if sample_weight is None else sample_weight[tr],
+                 should_stop=should_stop)
+        return weights.fold_score(y[va], cand.predict(X[va]), va)
 
     return fit_score
 

@@ -320,6 +320,27 @@ def load_labels(directory: Location | Path | str) -> np.ndarray:
     return _labels(table, read_meta(directory))
 
 
+def feature_index(directory: Location | Path | str, column: str) -> int | None:
+    """The feature position of the named column (CSV header, Parquet schema), None when the
+    dataset has no such column (LIBSVM data has no names)."""
+    names = read_meta(directory).get("feature_names") or []
+    return names.index(column) if column in names else None
+
+
+def load_feature(directory: Location | Path | str, j: int) -> np.ndarray:
+    """Feature ``j`` of every row (``row_id`` order) as float64, reading only its column
+    from a dense file (a sparse file is read whole)."""
+    directory = as_location(directory)
+    meta = read_meta(directory)
+    if meta["layout"] == "sparse":
+        X, _ = load_dataset(directory)
+        return np.asarray(X[:, [j]].toarray(), dtype=np.float64).ravel()
+    table = _read_table(directory, ["row_id", f"f{j}"])
+    row_id = table.column("row_id").to_numpy()
+    col = np.asarray(table.column(f"f{j}").to_numpy(), dtype=np.float64)
+    return col[np.argsort(row_id, kind="stable")]
+
+
 def load_rows(directory: Location | Path | str, row_ids: np.ndarray
               ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """:func:`load_dataset` of the rows ``row_ids`` only (streamed, in ``row_id`` order)."""

@@ -84,6 +84,8 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
 
     t0 = time.perf_counter()
     params = {k: v for k, v in dict(params).items() if k != "random_state"}
+    if params.get("class_weight") is not None:
+        raise ValueError("class_weight: weighted training is not available on Spark")
     est = SODMClassifier(**params, random_state=seed)
     est.validate_params()
     seed_int = seed_for(seed)
