@@ -99,6 +99,7 @@ from solver.training import (
 )
 
 __all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals",
+           "class_weights", "class_weight_table", "row_weights",
            "KERNELS", "check_kernel_range", "is_int", "is_real", "require"]
 
 KERNELS = ("linear", "rbf", "poly")
@@ -210,11 +211,19 @@ def class_weights(class_weight: Any, y: np.ndarray, classes: np.ndarray) -> np.n
     not a class of ``y`` is a ``ValueError`` naming it. A key may also be the label's text
     (``"1"`` for the label 1 or 1.0): JSON objects, the service's requests and model files
     have text keys."""
+    counts = np.array([np.count_nonzero(y == c) for c in classes], dtype=np.float64)
+    return class_weight_table(class_weight, classes, counts)
+
+
+def class_weight_table(class_weight: Any, classes: np.ndarray, counts: np.ndarray
+                       ) -> np.ndarray:
+    """:func:`class_weights` from the classes' row counts (what a backend that never holds
+    ``y`` knows, e.g. Spark)."""
     if class_weight is None:
         return np.ones(len(classes))
     if isinstance(class_weight, str):
-        counts = np.array([np.count_nonzero(y == c) for c in classes], dtype=np.float64)
-        return len(y) / (len(classes) * counts)
+        counts = np.asarray(counts, dtype=np.float64)
+        return float(counts.sum()) / (len(classes) * counts)
     out = np.ones(len(classes))
     known: dict[Any, int] = {}
     for k, c in enumerate(classes):
@@ -344,10 +353,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                                     _shifted_progress(progress, 0.0, 0.5, ""), should_stop,
                                     self._cv_weights(sw, raw_sw))
             lam, gamma, theta = res.lam, res.gamma if "gamma" in auto else gamma, res.theta
-            search_info = res.info()
-            if getattr(self, "class_weight", None) is not None or sample_weight is not None:
-                search_info["cv_score"] = ("balanced_accuracy" if getattr(
-                    self, "class_weight", None) is not None else "weighted_accuracy")
+            search_info = self._with_cv_score(res.info(), sample_weight)
             progress = _shifted_progress(progress, 0.5, 1.0, "final fit: ")
             final_clock = CpuClock().__enter__()
         self.lam_, self.theta_ = float(lam), float(theta)
@@ -403,15 +409,17 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             w = None
         return X, y, classes, y_idx, w, rows, raw
 
-    def choose_auto(self, X, y, *, progress: ProgressFn | None = None,
+    def choose_auto(self, X, y, sample_weight=None, *, progress: ProgressFn | None = None,
                     should_stop: StopFn | None = None) -> dict[str, Any] | None:
         """The "auto" search of :meth:`fit` alone, without the final fit: its record
         (``info["chosen"]`` holds lam, gamma and theta), or None when nothing is "auto".
         For a backend that fits elsewhere (Spark) with the chosen values, which then gives
         the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds.
         ``X`` may be :class:`~solver.row_blocks.LazyRows` (statistics of all rows, scanned
-        with this estimator's ``scale``; the rows the search uses read on demand): the same
-        record as the matrix gives."""
+        with this estimator's ``scale``, its variance weighted by the rows' weights as
+        ``fit`` weights them; the rows the search uses read on demand): the same record as
+        the matrix gives. Weights (``sample_weight``, ``class_weight``) are used as ``fit``
+        uses them."""
         self.validate_params()
         auto = self._auto_params()
         if not auto:
@@ -425,12 +433,30 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                                  f"{X.stats.scaler is not None}, the estimator has "
                                  f"scale={self.scale}")
             self._classes(y)
+            w = row_weights(self, y, sample_weight)
+            if w is not None and np.any(w == 0):
+                raise ValueError("sample_weight: rows of weight 0 must be left out of the rows "
+                                 "given as LazyRows")
+            sw = None if w is None or np.all(w == w[0]) else w
+            raw = None if sample_weight is None else np.asarray(sample_weight, np.float64)
             Xs, seed = X, seed_for(self.random_state)
             gamma = self._numeric_gamma(X.shape[1], lambda: X.stats.variance)
         else:
             X, y, _, _ = self._fit_inputs(X, y)
-            _, Xs, gamma, seed = self._scaled(X)
-        return self._auto_search(Xs, y, auto, gamma, seed, progress, should_stop).info()
+            X, y, _, _, sw, _, raw = self._weighted_rows(X, y, sample_weight)
+            _, Xs, gamma, seed = self._scaled(X, sw)
+        return self._with_cv_score(self._auto_search(Xs, y, auto, gamma, seed, progress,
+                                                     should_stop, self._cv_weights(sw, raw))
+                                   .info(), sample_weight)
+
+    def _with_cv_score(self, info: dict[str, Any], sample_weight: Any) -> dict[str, Any]:
+        """The search record, with ``cv_score`` naming the folds' score when weights were
+        given (``solver.autotune.CVWeights``)."""
+        if getattr(self, "class_weight", None) is not None:
+            info["cv_score"] = "balanced_accuracy"
+        elif sample_weight is not None:
+            info["cv_score"] = "weighted_accuracy"
+        return info
 
     def _scaled(self, X, sample_weight: np.ndarray | None = None
                 ) -> tuple[MinMaxScaler | None, Any, float, int]:

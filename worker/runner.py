@@ -403,8 +403,8 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
 
     hb.report(0.05, "grid search")
     if data.spark_job is not None:
-        fit_score = spark_fit_score(data.spark_job, params, c.seed, data.train_rows,
-                                    data.y_train)
+        fit_score = spark_fit_score(data.spark_job, spark_params(est, params), c.seed,
+                                    data.train_rows, data.y_train)
     else:
         fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop,
                                     data.w_train)
@@ -433,6 +433,15 @@ def _spark_auto(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
                              should_stop=hb.should_stop)
 
 
+def spark_params(est: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """What a Spark fit is given: the job's parameters without the seed, with the request's
+    ``class_weight`` (set on ``est``)."""
+    out = {k: v for k, v in params.items() if k != "random_state"}
+    if getattr(est, "class_weight", None) is not None:
+        out["class_weight"] = est.class_weight
+    return out
+
+
 def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _TrainData,
            lo: float, spark_scope: contextlib.ExitStack,
            auto_info: dict[str, Any] | None = None) -> tuple[Any, float]:
@@ -450,8 +459,8 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
         from worker import spark_auto
 
         with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)
-            est = data.spark_job.fit({k: v for k, v in params.items() if k != "random_state"},
-                                     seed, rows=data.train_rows, progress=progress)
+            est = data.spark_job.fit(spark_params(est, params), seed, rows=data.train_rows,
+                                     progress=progress)
         spark_scope.close()  # the Spark session ends with the training
         spark_auto.record(est, auto_info, clock.seconds)
     else:

@@ -57,14 +57,16 @@ def spark_fit_score(spark_job: Any, params: dict[str, Any], seed: int | None,
     row); its validation rows, one fold at a time like the held-out rows, are read here and
     scored with the fitted model, as the local backend scores ``X_train[va]``."""
     from app.services import storage
+    from solver.autotune import CVWeights
 
     ids = np.arange(len(y_train)) if train_rows is None else np.asarray(train_rows)
     base = {k: v for k, v in params.items() if k != "random_state"}
+    weights = CVWeights(balanced=base.get("class_weight") is not None)
 
     def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
         cand = spark_job.fit({**base, **point}, seed, rows=ids[tr])
         X_va, _ = storage.load_rows(spark_job.dataset_dir, ids[va])
-        return float(cand.score(X_va, y_train[va]))
+        return weights.fold_score(y_train[va], cand.predict(X_va), va)
 
     return fit_score
 

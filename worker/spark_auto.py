@@ -31,10 +31,12 @@ def has_auto(params: dict[str, Any]) -> bool:
 
 
 def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool,
-                should_stop: Callable[[], bool] = lambda: False) -> LazyRows:
+                should_stop: Callable[[], bool] = lambda: False,
+                weights: np.ndarray | None = None) -> LazyRows:
     """The job's training rows (``train_rows``: ascending row ids, None for every row) as
-    :class:`LazyRows`: their statistics scanned from the stored file when first needed,
-    rows read on demand, both block by block with ``should_stop`` polled between blocks."""
+    :class:`LazyRows`: their statistics scanned from the stored file when first needed
+    (the variance weighted by the rows' ``weights``), rows read on demand, both block by
+    block with ``should_stop`` polled between blocks."""
     from app.services import storage
 
     ids = (np.arange(int(storage.read_meta(dataset_dir)["n_rows"])) if train_rows is None
@@ -52,7 +54,8 @@ def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool
         got = list(blocks(ids[positions]))
         return sp.vstack(got, format="csr") if sp.issparse(got[0]) else np.vstack(got)
 
-    return LazyRows(lambda: scan(lambda: blocks(train_rows), scale=scale), read)
+    return LazyRows(lambda: scan(lambda: blocks(train_rows), scale=scale, weights=weights),
+                    read)
 
 
 def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: np.ndarray,
@@ -63,8 +66,12 @@ def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: 
     parameters into ``params``; the search's record (``fit_info["auto"]`` without the final
     fit), None when there was nothing to search (gamma "auto" with the linear kernel is
     unused)."""
+    from solver.estimators import row_weights
+
     progress(0.0, "auto search: reading the training rows")
-    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale), should_stop=should_stop)
+    weights = row_weights(est, np.asarray(y_train), None)  # class_weight, as the fit's
+    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale), should_stop=should_stop,
+                       weights=weights)
     info = est.choose_auto(rows, y_train, progress=lambda f, m, _r: progress(f, m),
                            should_stop=should_stop)
     if info is not None:

@@ -84,19 +84,22 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
 
     t0 = time.perf_counter()
     params = {k: v for k, v in dict(params).items() if k != "random_state"}
-    if params.get("class_weight") is not None:
-        raise ValueError("class_weight: weighted training is not available on Spark")
     est = SODMClassifier(**params, random_state=seed)
     est.validate_params()
     seed_int = seed_for(seed)
     _set_runtime_confs(spark)
     df, info = _load_rows(spark, dataset_dir, rows)
+    weights = None
+    if est.class_weight is not None:
+        df, weights = _with_class_weights(df, info, est.class_weight)
     n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
         else int(est.landmark_candidates)
     # one pass: labels, rows, min / max, moments and the landmark candidates' raw rows
     summary = summarize(df, info, sample=(seed_int, n_cand))
     classes = _checked_classes(summary.classes)
     n = summary.n
+    if info.weight_col:
+        info.weight_total = float(summary.wsum)
     scaler = MinMaxScaler.from_range(summary.lo, summary.hi) if est.scale else None
     if scaler is not None:
         info.scaler_min, info.scaler_scale = scaler.min_, scaler.scale_
@@ -119,10 +122,39 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
                      n_features=info.n_features, sparse_input=info.layout == "sparse",
                      n_problems=len(solutions), seed=seed_int, n_iter=n_iter,
                      seconds=time.perf_counter() - t0, backend="spark")
+    if weights is not None:
+        info_["weights"] = weights
     return build_fitted(est, classes=classes, n_features_in=info.n_features,
                         scaler_min=None if scaler is None else scaler.min_,
                         scaler_scale=None if scaler is None else scaler.scale_,
                         gamma=gamma, history=history, fit_info=info_, **state)
+
+
+WEIGHT_COL = "_weight"
+
+
+def _with_class_weights(df: Any, info: Any, class_weight: Any) -> tuple[Any, dict[str, Any]]:
+    """``df`` with each row's class weight in column ``WEIGHT_COL`` (the classes' counts:
+    one job), recorded in ``info``; and the ``fit_info["weights"]`` record, as the local
+    fit writes it."""
+    from solver.estimators import class_weight_table
+
+    F, _ = sql(df)
+    counted = sorted((r["label"], int(r["count"]))
+                     for r in df.groupBy("label").count().collect() if r["label"] is not None)
+    classes = np.asarray([c for c, _ in counted])
+    counts = np.asarray([k for _, k in counted], dtype=np.float64)
+    table = class_weight_table(class_weight, classes, counts)
+    expr = None
+    for c, w in zip(classes, table, strict=True):
+        cond = F.col("label") == F.lit(plain(c))
+        expr = F.when(cond, F.lit(float(w))) if expr is None \
+            else expr.when(cond, F.lit(float(w)))
+    df = df.withColumn(WEIGHT_COL, expr.otherwise(F.lit(1.0)))
+    info.weight_col = WEIGHT_COL
+    per_row = table.repeat(counts.astype(np.int64))
+    return df, {"class_weight": jsonable(class_weight), "sum": float(per_row.sum()),
+                "min": float(table.min()), "max": float(table.max()), "rows_dropped": 0}
 
 
 def _load_rows(spark: Any, dataset_dir: str | Path, rows: RowSubset | None
@@ -236,8 +268,8 @@ def _support_rows(run: Any, info: Any, n: int) -> pd.DataFrame:
     state = run.state
     F, _ = sql(state)
     if run.last_level > 0:
-        # solver.estimators.average_local_duals: alpha_i * m_k / M
-        factor = F.col("msize") / F.lit(float(n))
+        # solver.estimators.average_local_duals: alpha_i * m_k / M (weight sums if weighted)
+        factor = F.col("msize") / F.lit(float(info.weight_total or n))
         state = state.withColumn("zeta", F.col("zeta") * factor) \
             .withColumn("beta", F.col("beta") * factor)
     svs = (state.filter(F.col("zeta") + F.col("beta") > F.lit(0.0))

@@ -158,10 +158,26 @@ def test_bad_weights_are_422(client, data):
     assert p["errors"][0]["field"] == "test_dataset_id"
 
 
-def test_weights_refused_on_spark(client, data):
-    """The Spark backend does not train with weights yet: a 422 naming the field (never a
-    job that ignores them)."""
-    for field, value in (("class_weight", "balanced"), ("weight_column", "w")):
-        p = _problem(client, {"dataset_id": data["weighted"], "backend": "spark",
-                              field: value})
-        assert p["errors"][0]["field"] == field and "Spark" in p["detail"]
+def test_weight_column_refused_on_spark(client, data):
+    """The Spark backend takes class_weight but no weight column: a 422 naming the field
+    (never a job that ignores it)."""
+    p = _problem(client, {"dataset_id": data["weighted"], "backend": "spark",
+                          "weight_column": "w"})
+    assert p["errors"][0]["field"] == "weight_column" and "Spark" in p["detail"]
+
+
+@pytest.mark.parametrize("shape, density", [((300, 6), 1.0), ((3000, 5000), 0.002)])
+def test_load_feature_reads_one_column(tmp_path, shape, density):
+    """The API checks a weight column by reading that column alone (dense layout) or the
+    sparse lists batch by batch: the same values as the loaded matrix's column."""
+    import scipy.sparse as sp
+
+    from app.services import storage
+
+    X = sp.random(*shape, density=density, random_state=1, format="csr")
+    y = np.random.default_rng(0).integers(0, 2, shape[0])
+    meta = storage.write_dataset_files(tmp_path, X if density < 1 else X.toarray(), y)
+    assert meta["layout"] == ("sparse" if density < 1 else "dense")
+    for j in (0, 3, shape[1] - 1):
+        np.testing.assert_array_equal(storage.load_feature(tmp_path, j),
+                                      X[:, [j]].toarray().ravel())

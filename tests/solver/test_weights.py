@@ -234,3 +234,21 @@ def test_class_weight_text_keys():
         a = ODMClassifier(kernel="linear", tol=TOL, class_weight={"1": 2.5}).fit(X, labels)
         b = ODMClassifier(kernel="linear", tol=TOL, class_weight={1: 2.5}).fit(X, labels)
         np.testing.assert_allclose(a.decision_function(X), b.decision_function(X))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_weighted_scan_is_weighted_variance(sparse):
+    """The stored-rows statistics of a Spark job's search (``solver.row_blocks.scan``)
+    weight the variance as the fit does (``solver.training.weighted_variance``)."""
+    from solver.row_blocks import blocks_of, scan
+    from solver.training import weighted_variance
+
+    X, _, _ = _data(n=300)
+    X = np.where(np.abs(X) > 1.0, X, 0.0)
+    Xm = sp.csr_matrix(X) if sparse else X
+    w = np.random.default_rng(5).uniform(0.5, 4.0, size=X.shape[0])
+    stats = scan(lambda: blocks_of(Xm, 64), scale=True, weights=w)
+    Xs = stats.scaler.transform(Xm)
+    assert stats.variance == pytest.approx(weighted_variance(Xs, w), rel=1e-10)
+    assert stats.variance != pytest.approx(scan(lambda: blocks_of(Xm, 64)).variance,
+                                           rel=1e-6)
