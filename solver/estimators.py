@@ -257,7 +257,13 @@ def row_weights(est: Any, y: np.ndarray, sample_weight: Any) -> np.ndarray | Non
                              "positive weight")
         return sw
     classes, idx = np.unique(y, return_inverse=True)
-    per_class = class_weights(cw, y, classes)[idx]
+    # "balanced" counts the rows that are fitted: a row of weight 0 is a row left out
+    live = np.ones(len(y), dtype=bool) if sw is None else sw > 0
+    counts = np.bincount(idx[live], minlength=len(classes)).astype(np.float64)
+    table = np.zeros(len(classes))
+    present = counts > 0 if isinstance(cw, str) else np.ones(len(classes), dtype=bool)
+    table[present] = class_weight_table(cw, classes[present], counts[present])
+    per_class = table[idx]
     out = per_class if sw is None else sw * per_class
     if len(out) and not np.any(out > 0):
         raise ValueError("sample_weight: every weight is zero; at least one row needs a "

@@ -195,21 +195,51 @@ def _spark_job(c: ClaimedJob, hb: Heartbeat) -> Any:
                                   on_session=on_session, on_status=hb.report_spark)
 
 
-def _spark_rows(c: ClaimedJob) -> tuple[np.ndarray | None, np.ndarray, Any, np.ndarray]:
-    """A Spark job's rows without its training features, which stay with Spark:
-    ``(training row ids, None for all; their labels; X_test; y_test)``. The split is the
-    local backend's (same seed, same rows); only the held-out rows are loaded here."""
+@dataclass
+class _SparkRows:
+    """A Spark job's rows without its training features, which stay with Spark: the
+    training row ids (None for all), their labels, the held-out rows, and with a weight
+    column its feature position and the training rows' weights (rows of weight 0 are not
+    among the training rows, as the local fit leaves them out)."""
+
+    train_rows: np.ndarray | None
+    y_train: np.ndarray
+    X_test: Any
+    y_test: np.ndarray
+    weight_feature: int | None = None
+    w_train: np.ndarray | None = None
+
+
+def _spark_rows(c: ClaimedJob) -> _SparkRows:
+    """The split is the local backend's (same seed, same rows); only the held-out rows are
+    loaded here (without the weight column)."""
     from app.services import storage
 
     ddir = storage.dataset_dir(c.dataset_id)
     y = storage.load_labels(ddir)
+    j = w = None
+    if c.weight_column is not None:
+        j = storage.feature_index(ddir, c.weight_column)
+        if j is None:
+            raise ValueError(f"dataset {c.dataset_id} has no column named "
+                             f"{c.weight_column!r}")
+        w = storage.load_feature(ddir, j)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        n_features = int(storage.read_meta(ddir)["n_features"])
-        return None, y, _fit_width(X_test, n_features), y_test
-    train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
-    X_test, y_test = storage.load_rows(ddir, test_idx)
-    return train_idx, y[train_idx], X_test, y_test
+        X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
+        n_features = int(storage.read_meta(ddir)["n_features"]) - (j is not None)
+        train_idx, X_test = None, _fit_width(X_test, n_features)
+    else:
+        train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
+        X_test, y_test = storage.load_rows(ddir, test_idx)
+        X_test, _ = _without_weights(c.dataset_id, X_test, c.weight_column)
+    if w is None:
+        rows = train_idx
+    else:
+        rows = np.arange(len(y)) if train_idx is None else train_idx
+        rows = rows[w[rows] > 0]
+    return _SparkRows(rows, y if rows is None else y[rows], X_test, y_test, j,
+                      None if w is None else w[rows])
 
 
 def run_claimed(c: ClaimedJob) -> str:
@@ -341,6 +371,7 @@ class _TrainData:
     train_rows: np.ndarray | None = None
     spark_job: Any = None
     w_train: np.ndarray | None = None  # the rows' weights (the request's weight_column)
+    weight_feature: int | None = None  # Spark: the stored feature holding them
 
 
 def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> str:
@@ -378,17 +409,22 @@ def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitSta
     require_datasets(c)
     if c.backend == "spark":
         # Spark reads the training rows by path; this process loads labels and test rows
-        train_rows, y_train, X_test, y_test = _spark_rows(c)
+        r = _spark_rows(c)
         check_going(hb)
         spark_job = spark_scope.enter_context(_spark_job(c, hb))
-        return _TrainData(None, y_train, X_test, y_test, train_rows, spark_job)
+        return _TrainData(None, r.y_train, r.X_test, r.y_test, r.train_rows, spark_job,
+                          r.w_train, r.weight_feature)
     X, y = _load(c.dataset_id)
     X, w = _without_weights(c.dataset_id, X, c.weight_column)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
         X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
-        return _TrainData(X, y, _fit_width(X_test, X.shape[1]), y_test, w_train=w)
+        keep = np.arange(len(y)) if w is None else np.flatnonzero(w > 0)
+        return _TrainData(X[keep], y[keep], _fit_width(X_test, X.shape[1]), y_test,
+                          w_train=None if w is None else w[keep])
     train_idx, test_idx = split(X, y, c.test_fraction, c.seed)
+    if w is not None:  # rows of weight 0 are left out (as on Spark: the same CV folds)
+        train_idx = train_idx[w[train_idx] > 0]
     return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx],
                       w_train=None if w is None else w[train_idx])
 
@@ -404,7 +440,8 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
     hb.report(0.05, "grid search")
     if data.spark_job is not None:
         fit_score = spark_fit_score(data.spark_job, spark_params(est, params), c.seed,
-                                    data.train_rows, data.y_train)
+                                    data.train_rows, data.y_train, data.weight_feature,
+                                    data.w_train)
     else:
         fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop,
                                     data.w_train)
@@ -428,7 +465,8 @@ def _spark_auto(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
 
     hb.report(0.05, "auto search")
     return spark_auto.choose(est, storage.dataset_dir(c.dataset_id), data.train_rows,
-                             data.y_train, params,
+                             data.y_train, params, weight_feature=data.weight_feature,
+                             sample_weight=data.w_train,
                              progress=lambda f, m: hb.report(0.05 + 0.45 * f, m),
                              should_stop=hb.should_stop)
 
@@ -460,7 +498,7 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
         with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)
             est = data.spark_job.fit(spark_params(est, params), seed, rows=data.train_rows,
-                                     progress=progress)
+                                     progress=progress, weight_feature=data.weight_feature)
         spark_scope.close()  # the Spark session ends with the training
         spark_auto.record(est, auto_info, clock.seconds)
     else:

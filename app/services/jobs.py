@@ -100,9 +100,6 @@ def validate_request(body: TrainRequestBase) -> None:
                            type="invalid-request",
                            errors=[{"field": "test_fraction", "message": "conflicts with "
                                     "test_dataset_id"}])
-    if body.backend == "spark" and body.weight_column is not None:
-        raise _weights_problem("weight_column", "weight_column is not available with the "
-                               "Spark backend (class_weight is; backend local takes both)")
     if body.backend == "spark" and not (settings.spark_remote or settings.spark_master):
         raise ProblemError(422, "Spark backend not configured",
                            detail="set SODM_SPARK_REMOTE or SODM_SPARK_MASTER to train on Spark",

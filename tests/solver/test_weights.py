@@ -252,3 +252,14 @@ def test_weighted_scan_is_weighted_variance(sparse):
     assert stats.variance == pytest.approx(weighted_variance(Xs, w), rel=1e-10)
     assert stats.variance != pytest.approx(scan(lambda: blocks_of(Xm, 64)).variance,
                                            rel=1e-6)
+
+
+def test_balanced_counts_the_rows_fitted():
+    """"balanced" with rows of weight 0: the classes are counted without them (weight 0 is
+    a row left out), so it equals "balanced" on the rows kept."""
+    X, y, sw = _data(n=120)
+    est = ODMClassifier(kernel="linear", tol=TOL, class_weight="balanced")
+    a = clone(est).fit(X, y, sample_weight=(sw > 0).astype(float))
+    b = clone(est).fit(X[sw > 0], y[sw > 0])
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), rtol=1e-7,
+                               atol=1e-9)

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
+from solver import SODMClassifier
+from tests.fixtures.spark import write_dataset
 from tests.spark.helpers import local_fit
 from tests.spark.test_train import (
     KERNEL_PARAMS,
@@ -17,6 +22,7 @@ from tests.spark.test_train import (
     _stored,
     fit_both,
 )
+from worker.spark_backend import train_on_spark
 
 pytestmark = pytest.mark.spark
 
@@ -69,3 +75,36 @@ def test_auto_search_on_stored_rows_is_weighted(spark_dataset: Path) -> None:
     assert info["chosen"] == pytest.approx(local["chosen"], rel=1e-9)
     assert [r["mean_accuracy"] for r in info["cv_table"]] == pytest.approx(
         [r["mean_accuracy"] for r in local["cv_table"]], rel=1e-9)
+
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+def test_weight_column_matches_local_backend(layout, local_settings, spark_dataset: Path,
+                                             tmp_path: Path) -> None:
+    """A stored feature as the rows' weights (a request's weight_column): Spark takes it out
+    of the features (a dense column, or sparse entries with the later indices shifted) and
+    the model is the local fit's on the other columns with those weights (rows of weight 0
+    left out: the worker passes the others as ``rows``)."""
+    X, y = _stored(spark_dataset)
+    w = np.random.default_rng(3).integers(0, 4, size=len(y)).astype(float)
+    j = 2
+    if layout == "dense":
+        full = np.column_stack([X[:, :2], w, X[:, 2:]])
+    else:  # wide and sparse: features before and after the weight, one far after it
+        lil = sp.lil_matrix((len(y), 1200))
+        lil[:, :2], lil[:, 3:5], lil[:, 1100] = X[:, :2], X[:, 2:4], X[:, 1:2]
+        lil[:, 2] = w[:, None]
+        full = lil.tocsr()
+    stored = write_dataset(tmp_path / layout, full, y)
+    params = {**KERNEL_PARAMS, "class_weight": "balanced"}
+    est = train_on_spark(stored, params, SEED, None, None, f"train-wcol-{layout}",
+                         settings=local_settings, rows=np.flatnonzero(w > 0),
+                         weight_feature=j)
+    Xk = full[:, np.flatnonzero(np.arange(full.shape[1]) != j)]
+    ref = SODMClassifier(**params, random_state=SEED)
+    with threadpool_limits(1, user_api="blas"):  # as Spark's Python workers
+        ref.fit(Xk, y, sample_weight=w)
+    assert est.n_features_in_ == ref.n_features_in_ == full.shape[1] - 1
+    assert _rel_diff(ref.decision_function(Xk), est.decision_function(Xk)) <= 1e-6
+    assert est.fit_info_["weights"]["sum"] == pytest.approx(
+        ref.fit_info_["weights"]["sum"], rel=1e-12)
