@@ -230,7 +230,8 @@ class Client:
               params: Mapping[str, Any] | None = None, name: str | None = None,
               **request: Any) -> JobOut:
         """Queue a training job (``POST /train``; ``request``: ``test_fraction``,
-        ``seed``, ``backend``, ``search``, ``test_dataset_id``, ...)."""
+        ``seed``, ``backend``, ``search``, ``test_dataset_id``, ``class_weight``,
+        ``weight_column``, ...)."""
         body = {"dataset_id": dataset_id, "algorithm": algorithm, "params": dict(params or {}),
                 **({"name": name} if name else {}), **request}
         return cast(JobOut, self._json("POST", "/train", json=body))

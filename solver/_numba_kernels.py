@@ -14,6 +14,10 @@ would have without its own contribution.  The 2-variable problem
 
 (the zeta side and the beta side cannot both be positive because 1-theta < 1+theta; one checks
 that the gradient of the zero variable is then nonnegative, so this is the joint optimum).
+
+``dz`` and ``db`` are per-instance arrays: with sample weights ``c_i`` the loss term of
+instance i is multiplied by ``c_i``, which divides its dual diagonal terms by ``c_i``
+(:func:`solver.formulation.diag_vectors`); unweighted problems pass constant arrays.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alp
         z = alpha[i, 0]
         b = alpha[i, 1]
         yi = y[i]
-        v, gz, gb, nz, nb = _pair_step(yi * f[i], z, b, kdiag[i], dz, db, theta)
+        v, gz, gb, nz, nb = _pair_step(yi * f[i], z, b, kdiag[i], dz[i], db[i], theta)
         if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
             active[i] = False
             stats[1] += 1.0
@@ -93,8 +97,8 @@ def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alp
 def pair_violations(f, y, alpha, dz, db, theta, out):
     """Per-instance max projected-gradient violation given ``f`` (u_i = y_i f_i)."""
     for i in range(f.shape[0]):
-        v, gz, gb, nz, nb = _pair_step(y[i] * f[i], alpha[i, 0], alpha[i, 1], 1.0, dz, db,
-                                       theta)
+        v, gz, gb, nz, nb = _pair_step(y[i] * f[i], alpha[i, 0], alpha[i, 1], 1.0, dz[i],
+                                       db[i], theta)
         out[i] = v
     return out
 
@@ -113,7 +117,7 @@ def linear_sweep_dense(order, X, y, sqn, alpha, w, dz, db, theta, active, shrink
         z = alpha[i, 0]
         b = alpha[i, 1]
         yi = y[i]
-        v, gz, gb, nz, nb = _pair_step(yi * acc, z, b, sqn[i], dz, db, theta)
+        v, gz, gb, nz, nb = _pair_step(yi * acc, z, b, sqn[i], dz[i], db[i], theta)
         if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
             active[i] = False
             stats[1] += 1.0
@@ -146,7 +150,7 @@ def linear_sweep_csr(order, indptr, indices, data, y, sqn, alpha, w, dz, db, the
         z = alpha[i, 0]
         b = alpha[i, 1]
         yi = y[i]
-        v, gz, gb, nz, nb = _pair_step(yi * acc, z, b, sqn[i], dz, db, theta)
+        v, gz, gb, nz, nb = _pair_step(yi * acc, z, b, sqn[i], dz[i], db[i], theta)
         if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
             active[i] = False
             stats[1] += 1.0
@@ -169,7 +173,7 @@ def linear_sweep_csr(order, indptr, indices, data, y, sqn, alpha, w, dz, db, the
 def violations_from_margins(u, alpha, dz, db, theta, out):
     """Per-instance violation given the margins ``u_i = y_i w.x_i``."""
     for i in range(u.shape[0]):
-        v, gz, gb, nz, nb = _pair_step(u[i], alpha[i, 0], alpha[i, 1], 1.0, dz, db, theta)
+        v, gz, gb, nz, nb = _pair_step(u[i], alpha[i, 0], alpha[i, 1], 1.0, dz[i], db[i], theta)
         out[i] = v
     return out
 
@@ -185,9 +189,9 @@ def warmup() -> None:
     for dt in (np.float64, np.float32):
         kernel_sweep(order, 0, 2, np.arange(2, dtype=np.int64), np.eye(2, dtype=dt),
                      np.zeros(2, dtype=np.int64), 1, np.ones(2), y, a.copy(), f.copy(),
-                     1.0, 1.0, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12)
-    pair_violations(f, y, a, 1.0, 1.0, 0.1, np.empty(2))
-    violations_from_margins(f, a, 1.0, 1.0, 0.1, np.empty(2))
+                     y, y, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12)
+    pair_violations(f, y, a, y, y, 0.1, np.empty(2))
+    violations_from_margins(f, a, y, y, 0.1, np.empty(2))
     rbf_combination(np.eye(2), f, f, 1.0, np.ones((2, 1)), np.zeros((2, 1)))
     poly_combination(np.eye(2), 1.0, 1.0, 3, np.ones((2, 1)), np.zeros((2, 1)))
 

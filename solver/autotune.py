@@ -26,6 +26,9 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
+With weights (:class:`CVWeights`) every CV fit gets its rows' weights and a fold's score is
+the accuracy weighted by the rows' ``sample_weight``, or with ``class_weight`` set the
+(sample-weighted) balanced accuracy: the score the weights say the model is for.
 
 **Budget**: the search may spend ``max(floor_seconds, factor * F)`` CPU seconds, ``F`` the
 CPU seconds of the final fit (defaults 10 s and 3). The decisions are made on *predicted*
@@ -69,6 +72,26 @@ AUTO_PARAMS = ("lam", "gamma", "theta")
 
 
 MakeFn = Callable[[dict[str, float]], Any]
+
+
+@dataclass(frozen=True)
+class CVWeights:
+    """Row weights of a search: ``fit`` (sample x class weight) for the CV fits, ``score``
+    (the sample weights alone, or None) for the validation rows' score, and ``balanced``:
+    score by balanced accuracy (the model has a ``class_weight``)."""
+
+    fit: np.ndarray | None = None
+    score: np.ndarray | None = None
+    balanced: bool = False
+
+    def fold_score(self, y: np.ndarray, pred: np.ndarray, va: np.ndarray) -> float:
+        """The score of predictions ``pred`` of validation rows ``va`` (labels ``y``)."""
+        w = None if self.score is None else self.score[va]
+        if self.balanced:
+            from sklearn.metrics import balanced_accuracy_score
+
+            return float(balanced_accuracy_score(y, pred, sample_weight=w))
+        return float(np.average(pred == y, weights=w))
 
 
 def is_auto(value: Any) -> bool:
@@ -241,8 +264,9 @@ class _Search:
                  fixed: dict[str, float], auto: tuple[str, ...], seed: int,
                  settings: SearchSettings, should_stop: Callable[[], bool] | None,
                  progress: Callable[[float, str], None] | None,
-                 solve_rows: int | None) -> None:
+                 solve_rows: int | None, weights: CVWeights | None = None) -> None:
         self.make = make
+        self.weights = weights or CVWeights()
         self.Xs = Xs
         self.y = y
         self.gamma_scale = gamma_scale
@@ -343,8 +367,9 @@ class _Search:
                 # a candidate that stops at max_iter is scored as it stands (its accuracy
                 # says what it is worth); one warning per CV fit would drown the log
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop)
-            accs.append(float(np.mean(est.predict(self.rows(va)) == self.y[va])))
+                kw = {} if self.weights.fit is None else {"sample_weight": self.weights.fit[tr]}
+                est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop, **kw)
+            accs.append(self.weights.fold_score(self.y[va], est.predict(self.rows(va)), va))
             faces.append(factored_faces(est))
         sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
                     time.process_time() - t0, faces)
@@ -476,7 +501,8 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
            fixed: dict[str, float], auto: tuple[str, ...], seed: int,
            solve_rows: int | None = None, settings: SearchSettings | None = None,
            should_stop: Callable[[], bool] | None = None,
-           progress: Callable[[float, str], None] | None = None) -> AutoResult:
+           progress: Callable[[float, str], None] | None = None,
+           weights: CVWeights | None = None) -> AutoResult:
     """Choose the ``auto`` parameters for training rows ``Xs`` (scaled) and labels ``y``.
 
     ``Xs``: the scaled rows, or :class:`~solver.row_blocks.LazyRows` that reads the ones
@@ -486,7 +512,8 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     ``values`` = ``{lam, gamma, theta}``; ``linear``: the kernel is linear (no gamma; cost
     linear in the rows); ``fixed``: the values of the parameters that are not auto
     (``gamma`` numeric); ``gamma_scale``: the "scale" gamma of ``Xs``; ``solve_rows``: the
-    rows of one solve of the final fit (SODM's partitions), None for all rows. With fewer
+    rows of one solve of the final fit (SODM's partitions), None for all rows; ``weights``:
+    the rows' weights and the score they ask for (:class:`CVWeights`). With fewer
     than two rows of some class per fold there is nothing to cross-validate and the
     estimator's documented defaults are returned (``stop_reason`` says so).
     """
@@ -512,7 +539,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
         srch = _Search(make, linear, Xs, y, gamma_scale=gamma_scale, fixed=fixed, auto=auto,
                        seed=seed,
                        settings=s, should_stop=should_stop, progress=progress,
-                       solve_rows=solve_rows)
+                       solve_rows=solve_rows, weights=weights)
         # One BLAS thread: the CV problems are small and idle OpenBLAS threads spin
         # (docs/auto-params.md, "One BLAS thread").
         import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)

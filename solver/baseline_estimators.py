@@ -42,7 +42,7 @@ class _PartitionedBaseline(ODMBase):
         return {}
 
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop):
+                       should_stop, sample_weight=None):
         import solver.baselines as baselines
 
         fn = getattr(baselines, self._function_name)
@@ -52,7 +52,7 @@ class _PartitionedBaseline(ODMBase):
                  tol=float(self.tol), max_iter=int(self.max_iter),
                  cache_size=float(self.cache_size), random_state=seed, X_val=Z_val,
                  y_val=y_val, progress=progress, should_stop=should_stop,
-                 **opt, **self._extra_kwargs())
+                 sample_weight=sample_weight, **opt, **self._extra_kwargs())
         return "alpha", np.asarray(res.alpha, dtype=np.float64), list(res.history), \
             bool(res.stopped)
 
@@ -69,7 +69,7 @@ class CascadeODMClassifier(_PartitionedBaseline):
                  warm_start_scaling: str = "rescale",
                  n_jobs: int | None = 1, tol: float = 1e-3, max_iter: int = 1000,
                  cache_size: float = 512.0, fit_intercept: bool = True, scale: bool = True,
-                 random_state=None) -> None:
+                 random_state=None, class_weight=None) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -86,6 +86,7 @@ class CascadeODMClassifier(_PartitionedBaseline):
         self.fit_intercept = fit_intercept
         self.scale = scale
         self.random_state = random_state
+        self.class_weight = class_weight
 
 
 class DiPODMClassifier(CascadeODMClassifier):
@@ -100,12 +101,13 @@ class DiPODMClassifier(CascadeODMClassifier):
                  theta: float = 0.2, levels: int | None = 3, n_clusters: int = 20,
                  warm_start_scaling: str = "rescale", n_jobs: int | None = 1, tol: float = 1e-3,
                  max_iter: int = 1000, cache_size: float = 512.0, fit_intercept: bool = True,
-                 scale: bool = True, random_state=None) -> None:
+                 scale: bool = True, random_state=None, class_weight=None) -> None:
         super().__init__(kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, lam=lam,
                          upsilon=upsilon, theta=theta, levels=levels,
                          warm_start_scaling=warm_start_scaling,
                          n_jobs=n_jobs, tol=tol, max_iter=max_iter, cache_size=cache_size,
-                         fit_intercept=fit_intercept, scale=scale, random_state=random_state)
+                         fit_intercept=fit_intercept, scale=scale, random_state=random_state,
+                         class_weight=class_weight)
         self.n_clusters = n_clusters
 
     def _extra_kwargs(self) -> dict:
@@ -125,12 +127,14 @@ class DCODMClassifier(CascadeODMClassifier):
                  sample_size: int = 2000, warm_start_scaling: str = "rescale",
                  n_jobs: int | None = 1,
                  tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
-                 fit_intercept: bool = True, scale: bool = True, random_state=None) -> None:
+                 fit_intercept: bool = True, scale: bool = True, random_state=None,
+                 class_weight=None) -> None:
         super().__init__(kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, lam=lam,
                          upsilon=upsilon, theta=theta, levels=levels,
                          warm_start_scaling=warm_start_scaling,
                          n_jobs=n_jobs, tol=tol, max_iter=max_iter, cache_size=cache_size,
-                         fit_intercept=fit_intercept, scale=scale, random_state=random_state)
+                         fit_intercept=fit_intercept, scale=scale, random_state=random_state,
+                         class_weight=class_weight)
         self.fanout = fanout
         self.sample_size = sample_size
 
@@ -150,7 +154,8 @@ class SVRGODMClassifier(ODMBase):
     def __init__(self, *, kernel: str = "linear", lam: float = 1e4, upsilon: float = 0.5,
                  theta: float = 0.2, epochs: int | None = None, step_size: float | None = None,
                  inner_steps: int | None = None, tol: float = 1e-6,
-                 fit_intercept: bool = True, scale: bool = True, random_state=None) -> None:
+                 fit_intercept: bool = True, scale: bool = True, random_state=None,
+                 class_weight=None) -> None:
         self.kernel = kernel
         self.lam = lam
         self.upsilon = upsilon
@@ -162,6 +167,7 @@ class SVRGODMClassifier(ODMBase):
         self.fit_intercept = fit_intercept
         self.scale = scale
         self.random_state = random_state
+        self.class_weight = class_weight
 
     # The shared kernel plumbing reads these; a linear model ignores them.
     gamma = "scale"
@@ -181,13 +187,14 @@ class SVRGODMClassifier(ODMBase):
         return "svrg"
 
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop):
+                       should_stop, sample_weight=None):
         from solver.baselines import odm_svrg
 
         opt = {k: getattr(self, k) for k in ("epochs", "step_size", "inner_steps")
                if getattr(self, k) is not None}
         res = odm_svrg(Z, y, params, tol=float(self.tol), random_state=seed, X_val=Z_val,
-                       y_val=y_val, progress=progress, should_stop=should_stop, **opt)
+                       y_val=y_val, progress=progress, should_stop=should_stop,
+                       sample_weight=sample_weight, **opt)
         return "w", np.asarray(res.w, dtype=np.float64).ravel(), list(res.history), \
             bool(res.stopped)
 

@@ -63,9 +63,11 @@ def _problem_targets(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 
 def fit_platt(est: Any, X, y: np.ndarray, *, seed: int, folds: int = PLATT_FOLDS,
-              should_stop: Callable[[], bool] | None = None) -> np.ndarray:
+              should_stop: Callable[[], bool] | None = None,
+              sample_weight: np.ndarray | None = None) -> np.ndarray:
     """``[n_problems, 2]`` Platt parameters ``(A, B)`` of a fitted estimator ``est`` from
-    out-of-fold decision values of clones fitted on the other folds of ``X, y``."""
+    out-of-fold decision values of clones fitted on the other folds of ``X, y`` (with their
+    rows' ``sample_weight``; the clones apply ``class_weight`` themselves)."""
     from sklearn.base import clone
     from sklearn.model_selection import StratifiedKFold
 
@@ -86,7 +88,8 @@ def fit_platt(est: Any, X, y: np.ndarray, *, seed: int, folds: int = PLATT_FOLDS
     split = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed % (2**31 - 1))
     for tr, va in split.split(np.zeros(len(y)), y):
         part = clone(est).set_params(**resolved)
-        part.fit(X[tr], y[tr], should_stop=should_stop)
+        part.fit(X[tr], y[tr], None if sample_weight is None else sample_weight[tr],
+                 should_stop=should_stop)
         f = np.asarray(part.decision_function(X[va]), dtype=np.float64)
         part_classes = np.asarray(part.classes_)
         if len(part_classes) != len(classes):

@@ -34,7 +34,7 @@ import numpy as np
 from solver import _numba_kernels as nk
 from solver import newton_kernel
 from solver.exceptions import convergence_warning
-from solver.formulation import ODMParams, dual_objective
+from solver.formulation import ODMParams, check_weights, default_scale, diag_vectors, dual_objective
 from solver.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
 from solver.kernel_columns import ColumnStore
 from solver.kernels import Kernel, kernel_decision, kernel_diag
@@ -64,7 +64,8 @@ class DualResult:
 
 
 def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,
-                         m_scale: float | None = None) -> float:
+                         m_scale: float | None = None,
+                         sample_weight: np.ndarray | None = None) -> float:
     """Max projected-gradient violation of ``alpha`` for the kernel ODM dual on ``(X, y)``.
 
     The gradient is computed in kernel blocks (never the whole matrix); SODM uses this for its
@@ -75,9 +76,10 @@ def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,
     m = X.shape[0]
     y = check_y(y, m)
     a = check_alpha0(alpha, m)
-    m_scale = m if m_scale is None else m_scale
+    sw = check_weights(sample_weight, m)
+    m_scale = default_scale(m, sw) if m_scale is None else m_scale
     f = kernel_decision(X, kernel, y * (a[:, 0] - a[:, 1]))
-    dz, db = params.diag_terms(m_scale)
+    dz, db = diag_vectors(params, m_scale, m, sw)
     v = nk.pair_violations(f, y, a, dz, db, params.theta, np.empty(m))
     return float(v.max()) if m else 0.0
 
@@ -107,14 +109,15 @@ class _StopPoll:
 
 
 def _checked(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scale: float | None,
-             tol: float, max_iter: int, cache_size: float
-             ) -> tuple[Any, np.ndarray, np.ndarray, float]:
-    """Validated ``X``, ``y``, starting ``alpha`` and ``m_scale`` (``m`` by default)."""
+             tol: float, max_iter: int, cache_size: float, sample_weight
+             ) -> tuple[Any, np.ndarray, np.ndarray, float, np.ndarray | None]:
+    """Validated ``X``, ``y``, starting ``alpha``, ``m_scale`` (``m`` or the weights' sum by
+    default) and the weights."""
     params.validate()
     kernel.validate()
     if not cache_size > 0:
         raise ValueError(f"cache_size must be > 0 (MB), got {cache_size!r}")
-    return check_dual_problem(X, y, alpha0, m_scale, tol, max_iter)
+    return check_dual_problem(X, y, alpha0, m_scale, tol, max_iter, sample_weight)
 
 
 def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll: _StopPoll,
@@ -167,7 +170,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
                       m_scale: float | None = None, tol: float = 1e-3, max_iter: int = 1000,
                       cache_size: float = 512, shrinking: bool = True, random_state=None,
                       should_stop: Callable[[], bool] | None = None,
-                      kernel_dtype=None, newton: bool = True) -> DualResult:
+                      kernel_dtype=None, newton: bool = True,
+                      sample_weight: np.ndarray | None = None) -> DualResult:
     """Solve the kernel ODM dual exactly by dual coordinate descent (see module docstring).
 
     ``m_scale`` is the M of the ``(M c / 2)`` term (default ``len(y)``); ``cache_size`` is the
@@ -176,13 +180,14 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     with ``stopped=True``.  ``kernel_dtype`` forces the kernel storage type (default: float64
     when the full matrix fits the budget in float64, float32 otherwise).  ``newton`` enables
     the active-set Newton attempts (:mod:`solver.newton_kernel`); they only accelerate, the
-    optimum is the same.
+    optimum is the same.  ``sample_weight`` (positive, length m) multiplies each instance's
+    loss (:mod:`solver.formulation`); ``m_scale`` then defaults to the weights' sum.
     """
-    X, y, alpha, m_scale = _checked(X, y, kernel, params, alpha0, m_scale, tol, max_iter,
-                                    cache_size)
+    X, y, alpha, m_scale, sw = _checked(X, y, kernel, params, alpha0, m_scale, tol,
+                                        max_iter, cache_size, sample_weight)
     m = X.shape[0]
     rng = as_generator(random_state)
-    dz, db = params.diag_terms(m_scale)
+    dz, db = diag_vectors(params, m_scale, m, sw)
     theta = float(params.theta)
     if m == 0:
         return DualResult(alpha, 0, 0.0, 0.0, True, False)
@@ -203,7 +208,7 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
             f"kernel ODM dual coordinate descent did not converge in {max_iter} epochs "
             f"(KKT violation {kkt:.3g} > tol {tol:g})",
             convergence_warning(), stacklevel=2)
-    obj = dual_objective(y * f, alpha, params, m_scale)
+    obj = dual_objective(y * f, alpha, params, m_scale, sw)
     return DualResult(alpha, n_iter, kkt, obj, converged, stopped,
                       schedule.work() if schedule is not None else newton_kernel.NewtonWork())
 

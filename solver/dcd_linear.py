@@ -25,7 +25,13 @@ import scipy.sparse as sp
 
 from solver import _numba_kernels as nk
 from solver.exceptions import convergence_warning
-from solver.formulation import ODMParams, dual_objective
+from solver.formulation import (
+    ODMParams,
+    check_weights,
+    default_scale,
+    diag_vectors,
+    dual_objective,
+)
 from solver.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
 from solver.kernels import row_sq_norms
 from solver.newton_linear import alpha_from_margins, primal_newton
@@ -54,7 +60,8 @@ def _margins(X, y, w) -> np.ndarray:
     return y * np.asarray(X @ w).ravel()
 
 
-def linear_kkt_violation(X, y, params: ODMParams, alpha, m_scale: float | None = None) -> float:
+def linear_kkt_violation(X, y, params: ODMParams, alpha, m_scale: float | None = None,
+                         sample_weight: np.ndarray | None = None) -> float:
     """Max projected-gradient violation of ``alpha`` for the linear ODM dual on ``(X, y)``."""
     params.validate()
     X = check_X(X)
@@ -62,20 +69,24 @@ def linear_kkt_violation(X, y, params: ODMParams, alpha, m_scale: float | None =
     y = check_y(y, m)
     a = check_alpha0(alpha, m)
     w = np.asarray(X.T @ (y * (a[:, 0] - a[:, 1]))).ravel()
-    dz, db = params.diag_terms(m if m_scale is None else m_scale)
+    sw = check_weights(sample_weight, m)
+    dz, db = diag_vectors(params, default_scale(m, sw) if m_scale is None else m_scale, m, sw)
     v = nk.violations_from_margins(_margins(X, y, w), a, dz, db, params.theta, np.empty(m))
     return float(v.max()) if m else 0.0
 
 
 def _checked(X, y, params: ODMParams, alpha0, m_scale: float | None, tol: float,
-             max_iter: int) -> tuple[Any, np.ndarray, np.ndarray, float]:
-    """Validated ``X``, ``y``, starting ``alpha`` and ``m_scale`` (``m`` by default)."""
+             max_iter: int, sample_weight
+             ) -> tuple[Any, np.ndarray, np.ndarray, float, np.ndarray | None]:
+    """Validated ``X``, ``y``, starting ``alpha``, ``m_scale`` (``m`` or the weights' sum by
+    default) and the weights."""
     params.validate()
-    return check_dual_problem(X, y, alpha0, m_scale, tol, max_iter)
+    return check_dual_problem(X, y, alpha0, m_scale, tol, max_iter, sample_weight)
 
 
-def _newton_start(X, y, params: ODMParams, w, dz: float, db: float, tol: float,
-                  m_scale: float) -> tuple[LinearDualResult | None, np.ndarray, np.ndarray, int]:
+def _newton_start(X, y, params: ODMParams, w, dz: np.ndarray, db: np.ndarray, tol: float,
+                  m_scale: float, sw: np.ndarray | None
+                  ) -> tuple[LinearDualResult | None, np.ndarray, np.ndarray, int]:
     """The primal Newton solve's dual point: the result when it meets ``tol``, else
     ``(None, alpha, w, newton_steps)`` for coordinate descent to start from."""
     theta = float(params.theta)
@@ -85,12 +96,12 @@ def _newton_start(X, y, params: ODMParams, w, dz: float, db: float, tol: float,
     u_c = _margins(X, y, w_c)
     kkt = float(nk.violations_from_margins(u_c, cand, dz, db, theta, np.empty(X.shape[0])).max())
     if kkt <= tol:
-        return (LinearDualResult(cand, w_c, 0, kkt, dual_objective(u_c, cand, params, m_scale),
+        return (LinearDualResult(cand, w_c, 0, kkt, dual_objective(u_c, cand, params, m_scale, sw),
                                  True, False, newton_steps), cand, w_c, newton_steps)
     return None, cand, w_c, newton_steps
 
 
-def _epochs(X, y, sqn, alpha, w, dz: float, db: float, theta: float, tol: float,
+def _epochs(X, y, sqn, alpha, w, dz: np.ndarray, db: np.ndarray, theta: float, tol: float,
             max_iter: int, rng: np.random.Generator, shrinking: bool,
             should_stop: Callable[[], bool] | None) -> tuple[int, float, bool, bool]:
     """Coordinate-descent epochs with shrinking (``sqn``: the rows' squared norms), updating
@@ -134,7 +145,8 @@ def _epochs(X, y, sqn, alpha, w, dz: float, db: float, theta: float, tol: float,
 def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | None = None,
                       tol: float = 1e-3, max_iter: int = 1000, random_state=None,
                       shrinking: bool = True, should_stop: Callable[[], bool] | None = None,
-                      newton: bool = True) -> LinearDualResult:
+                      newton: bool = True,
+                      sample_weight: np.ndarray | None = None) -> LinearDualResult:
     """Solve the linear-kernel ODM dual exactly; ``max_iter`` counts epochs.
 
     ``newton`` tries the primal Newton solve first when ``X`` has at most
@@ -142,11 +154,14 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
 
     ``should_stop()`` is polled after every epoch; a stop returns the current iterate with
     ``stopped=True``.  ``max_iter`` epochs without convergence warn with ``ConvergenceWarning``.
+    ``sample_weight`` (positive, length m) multiplies each instance's loss
+    (:mod:`solver.formulation`); ``m_scale`` then defaults to the weights' sum.
     """
-    X, y, alpha, m_scale = _checked(X, y, params, alpha0, m_scale, tol, max_iter)
+    X, y, alpha, m_scale, sw = _checked(X, y, params, alpha0, m_scale, tol, max_iter,
+                                        sample_weight)
     m, n = X.shape
     rng = as_generator(random_state)
-    dz, db = params.diag_terms(m_scale)
+    dz, db = diag_vectors(params, m_scale, m, sw)
     theta = float(params.theta)
     w = np.ascontiguousarray(np.asarray(X.T @ (y * (alpha[:, 0] - alpha[:, 1]))).ravel(),
                              dtype=np.float64)
@@ -154,7 +169,8 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
         return LinearDualResult(alpha, w, 0, 0.0, 0.0, True, False)
     newton_steps = 0
     if newton and n <= _NEWTON_MAX_FEATURES:
-        done, alpha, w, newton_steps = _newton_start(X, y, params, w, dz, db, tol, m_scale)
+        done, alpha, w, newton_steps = _newton_start(X, y, params, w, dz, db, tol, m_scale,
+                                                      sw)
         if done is not None:
             return done
     sqn = row_sq_norms(X)
@@ -172,5 +188,5 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
                 f"linear ODM dual coordinate descent did not converge in {max_iter} epochs "
                 f"(KKT violation {kkt:.3g} > tol {tol:g})",
                 convergence_warning(), stacklevel=2)
-    obj = dual_objective(_margins(X, y, w), alpha, params, m_scale)
+    obj = dual_objective(_margins(X, y, w), alpha, params, m_scale, sw)
     return LinearDualResult(alpha, w, n_iter, kkt, obj, converged, stopped, newton_steps)

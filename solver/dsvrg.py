@@ -48,7 +48,12 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from solver.formulation import ODMParams, lipschitz_constant, primal_objective_from_margins
+from solver.formulation import (
+    ODMParams,
+    check_weights,
+    lipschitz_constant,
+    primal_objective_from_margins,
+)
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import partition_members, stratified_partitions
@@ -80,21 +85,38 @@ class LinearResult:
     partitions: np.ndarray | None = None
 
 
-def instance_coefficients(margins: np.ndarray, y: np.ndarray, params: ODMParams) -> np.ndarray:
-    """``c_i`` with ``grad p_i(w) = w + c_i x_i`` from the margins ``g_i = y_i w.x_i``."""
+def normalized_weights(sample_weight, m: int) -> np.ndarray:
+    """Positive ``sample_weight`` scaled to mean 1 (ones without weights).
+
+    With weights ``s_i`` (mean 1) the objective is ``(1/M) sum_i s_i-weighted p_i``: the same
+    problem as ``lam/(2W) sum_i c_i loss_i`` for any positive multiple ``c = k s``
+    (:mod:`solver.formulation`), and an instance's stochastic gradient is ``w + s_i c_i x_i``.
+    """
+    w = check_weights(sample_weight, m)
+    if w is None:
+        return np.ones(m)
+    return w * (m / w.sum()) if m else w
+
+
+def instance_coefficients(margins: np.ndarray, y: np.ndarray, params: ODMParams,
+                          sw: np.ndarray | None = None) -> np.ndarray:
+    """``c_i`` with ``grad p_i(w) = w + c_i x_i`` from the margins ``g_i = y_i w.x_i``
+    (times the normalized weight ``sw_i`` when given)."""
     th = params.theta
     lo = np.where(margins < 1.0 - th, margins + th - 1.0, 0.0)
     hi = np.where(margins > 1.0 + th, params.upsilon * (margins - th - 1.0), 0.0)
-    return params.lam / (1.0 - th) ** 2 * (lo + hi) * y
+    c = params.lam / (1.0 - th) ** 2 * (lo + hi) * y
+    return c if sw is None else c * sw
 
 
-def full_gradient(X, y, w, params: ODMParams, xw: np.ndarray | None = None) -> np.ndarray:
+def full_gradient(X, y, w, params: ODMParams, xw: np.ndarray | None = None,
+                  sw: np.ndarray | None = None) -> np.ndarray:
     """``(1/M) sum_j h_j``, ``h_j = sum_{i in D_j} grad p_i(w)``: the partition sums add up to
     ``w + X' c / M`` over all rows, computed with one product each way (``xw = X w`` may be
     passed when it is already known)."""
     w = np.asarray(w, dtype=np.float64).ravel()
     xw = np.asarray(X @ w).ravel() if xw is None else xw
-    c = instance_coefficients(y * xw, y, params)
+    c = instance_coefficients(y * xw, y, params, sw)
     return w + np.asarray(X.T @ c).ravel() / X.shape[0]
 
 
@@ -104,13 +126,15 @@ def default_partitions(n_rows: int) -> int:
     return int(max(1, min(DEFAULT_PARTITIONS, int(n_rows) // MIN_PARTITION_ROWS)))
 
 
-def default_step_size(X, params: ODMParams) -> float:
-    """``_STEP_FACTOR / L_max`` (see the module docstring)."""
-    return _STEP_FACTOR / lipschitz_constant(X, params)
+def default_step_size(X, params: ODMParams, sw: np.ndarray | None = None) -> float:
+    """``_STEP_FACTOR / L_max`` (see the module docstring; with normalized weights ``sw``
+    instance i's smoothness is ``1 + sw_i (L_i - 1)``)."""
+    return _STEP_FACTOR / lipschitz_constant(X, params, sw)
 
 
 @njit(cache=True, inline="always")
 def _coef(g, yi, slam, theta, ups):
+    """``slam`` is the instance's ``lam / (1-theta)^2`` times its normalized weight."""
     if g < 1.0 - theta:
         return slam * (g + theta - 1.0) * yi
     if g > 1.0 + theta:
@@ -119,7 +143,7 @@ def _coef(g, yi, slam, theta, ups):
 
 
 @njit(cache=True, fastmath=True)
-def inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, ups):
+def inner_csr(order, indptr, indices, data, y, sw, xu, cw, v, s, eta, slam, theta, ups):
     """One inner pass over the CSR rows ``order`` with ``w = u + s v`` (``v`` updated in
     place); returns the new ``s``."""
     decay = 1.0 - eta
@@ -129,7 +153,7 @@ def inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, u
         for q in range(indptr[i], indptr[i + 1]):
             dot += data[q] * v[indices[q]]
         yi = y[i]
-        dc = _coef(yi * (xu[i] + s * dot), yi, slam, theta, ups) - cw[i]
+        dc = _coef(yi * (xu[i] + s * dot), yi, slam * sw[i], theta, ups) - cw[i]
         s *= decay
         if dc != 0.0:
             f = eta * dc / s
@@ -143,7 +167,7 @@ def inner_csr(order, indptr, indices, data, y, xu, cw, v, s, eta, slam, theta, u
 
 
 @njit(cache=True, fastmath=True)
-def inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
+def inner_dense(order, X, y, sw, xu, cw, v, s, eta, slam, theta, ups):
     """:func:`inner_csr` for dense rows."""
     decay = 1.0 - eta
     n = X.shape[1]
@@ -154,7 +178,7 @@ def inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
         for k in range(n):
             dot += xi[k] * v[k]
         yi = y[i]
-        dc = _coef(yi * (xu[i] + s * dot), yi, slam, theta, ups) - cw[i]
+        dc = _coef(yi * (xu[i] + s * dot), yi, slam * sw[i], theta, ups) - cw[i]
         s *= decay
         if dc != 0.0:
             f = eta * dc / s
@@ -169,16 +193,19 @@ def inner_dense(order, X, y, xu, cw, v, s, eta, slam, theta, ups):
 
 def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray],
                eta: float, params: ODMParams, should_stop: StopFn | None = None, *,
-               xw: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+               xw: np.ndarray | None = None,
+               sw: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
     """Run the SVRG inner steps over each index array of ``orders`` in turn (one array per
     node, serial round robin) from ``w~`` with full gradient ``h``; returns (w, stopped).
-    ``xw = X w~`` may be passed when it is already known (saves a product with X)."""
+    ``xw = X w~`` may be passed when it is already known (saves a product with X);
+    ``sw``: normalized weights (:func:`normalized_weights`)."""
     if not 0 < eta < 1:
         raise ValueError(f"step_size must be in (0, 1), got {eta!r}")
     u = w_tilde - h
     xw = np.asarray(X @ w_tilde, dtype=np.float64).ravel() if xw is None else xw
     xu = xw - np.asarray(X @ h, dtype=np.float64).ravel()
-    cw = instance_coefficients(y * xw, y, params)
+    sw = np.ones(X.shape[0]) if sw is None else sw
+    cw = instance_coefficients(y * xw, y, params, sw)
     v = h.astype(np.float64, copy=True)
     s = 1.0
     slam = params.lam / (1.0 - params.theta) ** 2
@@ -187,9 +214,10 @@ def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray
     for order in orders:
         o = np.ascontiguousarray(order, dtype=np.int64)
         if sp.issparse(X):
-            s = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, v, s, eta, slam, th, ups)
+            s = inner_csr(o, X.indptr, X.indices, X.data, y, sw, xu, cw, v, s, eta, slam, th,
+                          ups)
         else:
-            s = inner_dense(o, X, y, xu, cw, v, s, eta, slam, th, ups)
+            s = inner_dense(o, X, y, sw, xu, cw, v, s, eta, slam, th, ups)
         if should_stop is not None and should_stop():
             stopped = True
             break
@@ -215,18 +243,21 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
                 step_size: float | None = None, tol: float = 1e-3, random_state=None,
                 w0=None, X_val=None, y_val=None, progress: ProgressFn | None = None,
                 should_stop: StopFn | None = None,
-                landmark_candidates: int | None = None) -> LinearResult:
-    """SODM Algorithm 2 (see the module docstring); ``y`` in {-1, +1}; returns ``w``."""
+                landmark_candidates: int | None = None,
+                sample_weight: np.ndarray | None = None) -> LinearResult:
+    """SODM Algorithm 2 (see the module docstring); ``y`` in {-1, +1}; returns ``w``.
+    ``sample_weight`` (positive) weights each row's loss (:func:`normalized_weights`)."""
     params.validate()
     X, y = check_Xy(X, y)
     M, d = X.shape
+    sw = normalized_weights(sample_weight, M)
     K = default_partitions(M) if n_partitions is None else int(n_partitions)
     S = DEFAULT_N_STRATA if n_strata is None else int(n_strata)
     E = DEFAULT_EPOCHS if epochs is None else int(epochs)
     if K < 1 or S < 1 or E < 1:
         raise ValueError("n_partitions, n_strata and epochs must be >= 1")
     seed = 0 if random_state is None else int(random_state)
-    eta = default_step_size(X, params) if step_size is None else float(step_size)
+    eta = default_step_size(X, params, sw) if step_size is None else float(step_size)
     if not 0 < eta < 1:
         raise ValueError(f"step_size must be in (0, 1), got {step_size!r}")
     w = np.zeros(d) if w0 is None else np.asarray(w0, dtype=np.float64).ravel().copy()
@@ -244,14 +275,14 @@ def sodm_linear(X, y, params: ODMParams, *, n_partitions: int | None = None,
         val = (X_val, np.asarray(y_val, dtype=np.float64).ravel())
     result.w = _epochs(result, X, y, w, partition_members(part, K), params, seed=seed,
                        epochs=E, tol=tol, from_zero=w0 is None, val=val, progress=progress,
-                       should_stop=should_stop)
+                       should_stop=should_stop, sw=sw)
     return result
 
 
 def _epochs(result: LinearResult, X, y, w: np.ndarray, groups: list[np.ndarray],
             params: ODMParams, *, seed: int, epochs: int, tol: float, from_zero: bool,
             val: tuple[Any, np.ndarray] | None, progress: ProgressFn | None,
-            should_stop: StopFn | None) -> np.ndarray:
+            should_stop: StopFn | None, sw: np.ndarray | None = None) -> np.ndarray:
     """The outer loop from ``w``: per epoch an inner pass over the partitions in their
     seeded orders and a full gradient, a history record and a progress call; fills
     ``result`` (``stopped``, ``converged``, ``history``) and returns the last ``w``."""
@@ -259,9 +290,9 @@ def _epochs(result: LinearResult, X, y, w: np.ndarray, groups: list[np.ndarray],
     E, eta = epochs, result.step_size
     t_start = time.perf_counter()
     xw = np.asarray(X @ w, dtype=np.float64).ravel()
-    h = full_gradient(X, y, w, params, xw)
-    g0 = max(float(np.linalg.norm(h if from_zero else full_gradient(X, y, np.zeros(d),
-                                                                    params, np.zeros(M)))),
+    h = full_gradient(X, y, w, params, xw, sw)
+    g0 = max(float(np.linalg.norm(h if from_zero else full_gradient(X, y, np.zeros(d), params,
+                                                                    np.zeros(M), sw))),
              1e-300)
     for e in range(1, E + 1):
         if should_stop is not None and should_stop():
@@ -270,11 +301,12 @@ def _epochs(result: LinearResult, X, y, w: np.ndarray, groups: list[np.ndarray],
         t0 = time.perf_counter()
         orders = [g[np.random.default_rng(np.random.SeedSequence([seed, e, j]))
                     .permutation(g.size)] for j, g in enumerate(groups)]
-        w, stopped = svrg_inner(X, y, w, h, orders, eta, params, should_stop, xw=xw)
+        w, stopped = svrg_inner(X, y, w, h, orders, eta, params, should_stop, xw=xw, sw=sw)
         xw = np.asarray(X @ w, dtype=np.float64).ravel()
-        h = full_gradient(X, y, w, params, xw)
+        h = full_gradient(X, y, w, params, xw, sw)
         gn = float(np.linalg.norm(h))
-        rec = {"epoch": e, "objective": primal_objective_from_margins(w, y * xw, params),
+        rec = {"epoch": e, "objective": primal_objective_from_margins(w, y * xw, params,
+                                                                      sample_weight=sw),
                "grad_norm": gn, "seconds": time.perf_counter() - t0,
                "elapsed": time.perf_counter() - t_start}
         if val is not None:

@@ -55,6 +55,14 @@ Choices made here (documented because the paper leaves them open):
   the stored duals are their size-weighted average (``average_local_duals``): the paper's
   predictions, with decision values on the ODM margin scale.
 * ``should_stop()`` returning True makes ``fit`` raise ``solver.exceptions.FitCancelled``.
+* Weights: ``fit(X, y, sample_weight)`` and ``class_weight`` (``"balanced"``:
+  ``n_samples / (n_classes * bincount(y))`` as scikit-learn; or ``{label: weight}``, other
+  labels 1) multiply each row's loss (``solver.formulation``: its dual diagonal term is divided
+  by the weight, and ``M`` is the weights' sum), the two combined by product. An integer
+  weight k gives the model of the row repeated k times; rows of weight 0 are dropped before
+  anything is fitted (scaling, gamma, the solve), as scikit-learn does; negative or
+  non-finite weights, or all zero, are a ``ValueError``. One-vs-rest problems use the same
+  row weights. Weights that are all equal change nothing and are ignored.
 """
 
 from __future__ import annotations
@@ -87,9 +95,11 @@ from solver.training import (
     problem_seed,
     resolve_gamma,
     seed_for,
+    weighted_variance,
 )
 
 __all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals",
+           "class_weights", "class_weight_table", "row_weights",
            "KERNELS", "check_kernel_range", "is_int", "is_real", "require"]
 
 KERNELS = ("linear", "rbf", "poly")
@@ -149,6 +159,11 @@ def _pos_int(minimum: int) -> Callable[[Any], bool]:
     return lambda v: is_int(v) and v >= minimum
 
 
+def _class_weight_ok(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and v == "balanced") or (
+        isinstance(v, dict) and all(is_real(w) and float(w) > 0 for w in v.values()))
+
+
 # Parameter name -> (valid?, what a valid value is); shared by every estimator class.
 _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kernel": (lambda v: v in KERNELS, f"one of {KERNELS}"),
@@ -185,7 +200,75 @@ _PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "sample_size": (_pos_int(1), "int >= 1"),
     "inner_steps": (_opt(_pos_int(1)), "None or int >= 1"),
     "probability": (_is_bool, "a bool"),
+    "class_weight": (_class_weight_ok,
+                     "None, 'balanced' or a dict {label: positive finite weight}"),
 }
+
+
+def class_weights(class_weight: Any, y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Per-class weight in ``classes`` order: ones for None, ``n / (n_classes * count)`` for
+    ``"balanced"``, the dict's values (1 for labels it does not name); a dict key that is
+    not a class of ``y`` is a ``ValueError`` naming it. A key may also be the label's text
+    (``"1"`` for the label 1 or 1.0): JSON objects, the service's requests and model files
+    have text keys."""
+    counts = np.array([np.count_nonzero(y == c) for c in classes], dtype=np.float64)
+    return class_weight_table(class_weight, classes, counts)
+
+
+def class_weight_table(class_weight: Any, classes: np.ndarray, counts: np.ndarray
+                       ) -> np.ndarray:
+    """:func:`class_weights` from the classes' row counts (what a backend that never holds
+    ``y`` knows, e.g. Spark)."""
+    if class_weight is None:
+        return np.ones(len(classes))
+    if isinstance(class_weight, str):
+        counts = np.asarray(counts, dtype=np.float64)
+        return float(counts.sum()) / (len(classes) * counts)
+    out = np.ones(len(classes))
+    known: dict[Any, int] = {}
+    for k, c in enumerate(classes):
+        c = plain(c)
+        for text in ([str(int(c))] if isinstance(c, float) and c.is_integer() else []) + \
+                [str(c)]:
+            known.setdefault(text, k)
+    for k, c in enumerate(classes):
+        known[plain(c)] = k
+    for label, w in class_weight.items():
+        k = known.get(plain(label))
+        if k is None:
+            raise InvalidParameterError(
+                "class_weight", f"invalid parameter class_weight: label {label!r} is not a "
+                f"class of y (classes: {[plain(c) for c in classes]})")
+        out[k] = float(w)
+    return out
+
+
+def row_weights(est: Any, y: np.ndarray, sample_weight: Any) -> np.ndarray | None:
+    """Each row's weight, ``sample_weight`` times its class's ``class_weight`` (None when
+    both are absent); ``ValueError`` for a wrong shape, a negative or non-finite weight, or
+    weights that are all zero."""
+    from solver.formulation import check_weights
+
+    cw = getattr(est, "class_weight", None)
+    sw = check_weights(sample_weight, len(y), allow_zero=True)
+    if cw is None:
+        if sw is not None and len(sw) and not np.any(sw > 0):
+            raise ValueError("sample_weight: every weight is zero; at least one row needs a "
+                             "positive weight")
+        return sw
+    classes, idx = np.unique(y, return_inverse=True)
+    # "balanced" counts the rows that are fitted: a row of weight 0 is a row left out
+    live = np.ones(len(y), dtype=bool) if sw is None else sw > 0
+    counts = np.bincount(idx[live], minlength=len(classes)).astype(np.float64)
+    table = np.zeros(len(classes))
+    present = counts > 0 if isinstance(cw, str) else np.ones(len(classes), dtype=bool)
+    table[present] = class_weight_table(cw, classes[present], counts[present])
+    per_class = table[idx]
+    out = per_class if sw is None else sw * per_class
+    if len(out) and not np.any(out > 0):
+        raise ValueError("sample_weight: every weight is zero; at least one row needs a "
+                         "positive weight")
+    return out
 
 
 class ODMBase(ClassifierMixin, BaseEstimator):
@@ -252,26 +335,31 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                              ensure_all_finite=True)
 
     # ------------------------------------------------------------------------------ fit
-    def fit(self, X, y, *, X_val=None, y_val=None, progress: ProgressFn | None = None,
-            should_stop: StopFn | None = None):
+    def fit(self, X, y, sample_weight=None, *, X_val=None, y_val=None,
+            progress: ProgressFn | None = None, should_stop: StopFn | None = None):
         """Train on X (n, d) dense or CSR and labels y; returns self.
 
-        ``X_val, y_val`` (optional) are passed to SODM for per-level validation accuracy;
-        ``progress(fraction, message, record)`` is called after each level / epoch / problem;
-        ``should_stop()`` is polled by the solvers and a stop raises ``FitCancelled``.
+        ``sample_weight`` (n,) non-negative weights of the rows' losses, combined with
+        ``class_weight`` (module docstring); ``X_val, y_val`` (optional) are passed to SODM
+        for per-level validation accuracy; ``progress(fraction, message, record)`` is called
+        after each level / epoch / problem; ``should_stop()`` is polled by the solvers and a
+        stop raises ``FitCancelled``.
         """
         t0 = time.perf_counter()
         self.validate_params()
         X, y, classes, y_idx = self._fit_inputs(X, y)
-        scaler, Xs, gamma, seed = self._scaled(X)
+        n_given = X.shape[0]
+        X, y, classes, y_idx, sw, rows, raw_sw = self._weighted_rows(X, y, sample_weight)
+        scaler, Xs, gamma, seed = self._scaled(X, sw)
         lam, theta = self.lam, self.theta
         auto = self._auto_params()
         search_info = None
         if auto:
             res = self._auto_search(Xs, y, auto, gamma, seed,
-                                    _shifted_progress(progress, 0.0, 0.5, ""), should_stop)
+                                    _shifted_progress(progress, 0.0, 0.5, ""), should_stop,
+                                    self._cv_weights(sw, raw_sw))
             lam, gamma, theta = res.lam, res.gamma if "gamma" in auto else gamma, res.theta
-            search_info = res.info()
+            search_info = self._with_cv_score(res.info(), sample_weight)
             progress = _shifted_progress(progress, 0.5, 1.0, "final fit: ")
             final_clock = CpuClock().__enter__()
         self.lam_, self.theta_ = float(lam), float(theta)
@@ -284,31 +372,60 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
             check_kernel_range(kernel, float(row_sq_norms(Z).max()))
         history, n_iter, solutions = self._solve_problems(
-            Z, y_idx, classes, kernel, seed, Z_val, yv_idx, progress, should_stop)
+            Z, y_idx, classes, kernel, seed, Z_val, yv_idx, progress, should_stop, sw)
         state = self._fitted_state(solutions, Z, Xs, y_idx, float(theta), kernel, seed)
+        if rows is not None:
+            state["support"] = rows[state["support"]]  # indices into the rows given
         info = fit_info(algorithm=self._algorithm_for_kernel(), n_train=X.shape[0],
                         n_features=X.shape[1], sparse_input=sp.issparse(X),
                         n_problems=len(solutions), seed=seed, n_iter=n_iter,
                         seconds=time.perf_counter() - t0,
                         params={"lam": float(lam), "gamma": float(gamma),
                                 "theta": float(theta)})
+        if sample_weight is not None or getattr(self, "class_weight", None) is not None:
+            info["weights"] = {"class_weight": jsonable(getattr(self, "class_weight", None)),
+                               **({"sum": float(X.shape[0]), "min": 1.0, "max": 1.0}
+                                  if sw is None else {"sum": float(sw.sum()),
+                                                      "min": float(sw.min()),
+                                                      "max": float(sw.max())}),
+                               "rows_dropped": int(n_given - X.shape[0])}
         if search_info is not None:
             info["auto"] = with_final_fit(search_info, final_clock.elapsed())
         _set_state(self, classes=classes, n_features_in=X.shape[1], scaler=scaler,
                    gamma=gamma, history=history, fit_info=info, **state)
         if getattr(self, "probability", False):
-            self._calibrate(X, y, seed, should_stop)
+            self._calibrate(X, y, seed, should_stop, raw_sw)
         return self
 
-    def choose_auto(self, X, y, *, progress: ProgressFn | None = None,
+    def _weighted_rows(self, X, y, sample_weight):
+        """The rows to fit and their weights: rows of weight 0 dropped (classes recounted),
+        ``(X, y, classes, y_idx, weights or None, kept row indices or None, the kept rows'
+        sample_weight or None)``; weights all equal are ``None`` (the same model)."""
+        w = row_weights(self, y, sample_weight)
+        if w is None:
+            return X, y, *self._classes(y), None, None, None
+        raw = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        rows = None
+        if np.any(w == 0):
+            rows = np.flatnonzero(w > 0)
+            X, y, w = X[rows], y[rows], w[rows]
+            raw = None if raw is None else raw[rows]
+        classes, y_idx = self._classes(y)
+        if np.all(w == w[0]):
+            w = None
+        return X, y, classes, y_idx, w, rows, raw
+
+    def choose_auto(self, X, y, sample_weight=None, *, progress: ProgressFn | None = None,
                     should_stop: StopFn | None = None) -> dict[str, Any] | None:
         """The "auto" search of :meth:`fit` alone, without the final fit: its record
         (``info["chosen"]`` holds lam, gamma and theta), or None when nothing is "auto".
         For a backend that fits elsewhere (Spark) with the chosen values, which then gives
         the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds.
         ``X`` may be :class:`~solver.row_blocks.LazyRows` (statistics of all rows, scanned
-        with this estimator's ``scale``; the rows the search uses read on demand): the same
-        record as the matrix gives."""
+        with this estimator's ``scale``, its variance weighted by the rows' weights as
+        ``fit`` weights them; the rows the search uses read on demand): the same record as
+        the matrix gives. Weights (``sample_weight``, ``class_weight``) are used as ``fit``
+        uses them."""
         self.validate_params()
         auto = self._auto_params()
         if not auto:
@@ -322,19 +439,41 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                                  f"{X.stats.scaler is not None}, the estimator has "
                                  f"scale={self.scale}")
             self._classes(y)
+            w = row_weights(self, y, sample_weight)
+            if w is not None and np.any(w == 0):
+                raise ValueError("sample_weight: rows of weight 0 must be left out of the rows "
+                                 "given as LazyRows")
+            sw = None if w is None or np.all(w == w[0]) else w
+            raw = None if sample_weight is None else np.asarray(sample_weight, np.float64)
             Xs, seed = X, seed_for(self.random_state)
             gamma = self._numeric_gamma(X.shape[1], lambda: X.stats.variance)
         else:
             X, y, _, _ = self._fit_inputs(X, y)
-            _, Xs, gamma, seed = self._scaled(X)
-        return self._auto_search(Xs, y, auto, gamma, seed, progress, should_stop).info()
+            X, y, _, _, sw, _, raw = self._weighted_rows(X, y, sample_weight)
+            _, Xs, gamma, seed = self._scaled(X, sw)
+        return self._with_cv_score(self._auto_search(Xs, y, auto, gamma, seed, progress,
+                                                     should_stop, self._cv_weights(sw, raw))
+                                   .info(), sample_weight)
 
-    def _scaled(self, X) -> tuple[MinMaxScaler | None, Any, float, int]:
+    def _with_cv_score(self, info: dict[str, Any], sample_weight: Any) -> dict[str, Any]:
+        """The search record, with ``cv_score`` naming the folds' score when weights were
+        given (``solver.autotune.CVWeights``)."""
+        if getattr(self, "class_weight", None) is not None:
+            info["cv_score"] = "balanced_accuracy"
+        elif sample_weight is not None:
+            info["cv_score"] = "weighted_accuracy"
+        return info
+
+    def _scaled(self, X, sample_weight: np.ndarray | None = None
+                ) -> tuple[MinMaxScaler | None, Any, float, int]:
         """The model's scaler, the scaled rows, the numeric gamma ("auto": the "scale"
-        value the search starts from) and the seed."""
+        value the search starts from; its variance weighted by ``sample_weight``) and the
+        seed."""
         scaler = MinMaxScaler.fit(X) if self.scale else None
         Xs = scaler.transform(X) if scaler is not None else X
-        gamma = self._numeric_gamma(Xs.shape[1], lambda: overall_variance(Xs))
+        gamma = self._numeric_gamma(
+            Xs.shape[1], lambda: overall_variance(Xs) if sample_weight is None
+            else weighted_variance(Xs, sample_weight))
         return scaler, Xs, gamma, seed_for(self.random_state)
 
     def _numeric_gamma(self, n_features: int, variance: Callable[[], float]) -> float:
@@ -386,7 +525,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
     def _solve_problems(self, Z, y_idx: np.ndarray, classes: np.ndarray, kernel, seed: int,
                         Z_val, yv_idx: np.ndarray | None, progress: ProgressFn | None,
-                        should_stop: StopFn | None
+                        should_stop: StopFn | None, sample_weight: np.ndarray | None = None
                         ) -> tuple[list[dict], list[int], list[tuple[str, np.ndarray]]]:
         """The binary problem, or one one-vs-rest problem per class in turn: the history
         (records tagged with the problem when several), iterations and solutions; a stop
@@ -406,6 +545,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
             kind, sol, hist, stopped = self._solve_problem(
                 Z, y_pm, kernel, params, seed=problem_seed(seed, k, n_problems),
                 Z_val=Z_val, y_val=yv_pm, progress=sub_progress, should_stop=should_stop,
+                sample_weight=sample_weight,
             )
             for rec in hist:
                 rec = jsonable(rec)
@@ -442,13 +582,15 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         return dict(support_vectors=Xs[support], dual_coef=coef, support=support,
                     n_support=sv_mask.sum(axis=0).astype(np.int64))
 
-    def _calibrate(self, X, y, seed: int, should_stop: StopFn | None) -> None:
+    def _calibrate(self, X, y, seed: int, should_stop: StopFn | None,
+                   sample_weight: np.ndarray | None = None) -> None:
         """Platt scaling on out-of-fold decision values (``solver.calibration``)."""
         from solver.calibration import PLATT_FOLDS, fit_platt
 
         t0 = time.perf_counter()
         with CpuClock() as clock:
-            self.platt_ = fit_platt(self, X, y, seed=seed, should_stop=should_stop)
+            self.platt_ = fit_platt(self, X, y, seed=seed, should_stop=should_stop,
+                                    sample_weight=sample_weight)
         self.fit_info_["calibration"] = {
             "method": "platt", "folds": PLATT_FOLDS, "cpu_seconds": clock.seconds,
             "seconds": time.perf_counter() - t0,
@@ -466,8 +608,10 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         return platt_probabilities(self.decision_function(X), self.platt_)
 
     def _auto_search(self, Xs, y, auto: tuple[str, ...], gamma_scale: float, seed: int,
-                     progress: ProgressFn | None, should_stop: StopFn | None):
-        """Choose the "auto" parameters by CV with the exact solver (``solver.autotune``)."""
+                     progress: ProgressFn | None, should_stop: StopFn | None,
+                     weights=None):
+        """Choose the "auto" parameters by CV with the exact solver (``solver.autotune``);
+        ``weights``: a ``CVWeights`` (None: unweighted)."""
         from solver.autotune import search
 
         own = self.get_params(deep=False)
@@ -490,13 +634,23 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                       int(math.sqrt(float(own.get("cache_size", 512.0)) * 2**20 / 4)))
         return search(make, Xs, y, linear=self.kernel == "linear", gamma_scale=gamma_scale,
                       fixed=fixed, auto=auto, seed=seed, solve_rows=solve_rows,
-                      should_stop=should_stop, progress=report)
+                      should_stop=should_stop, progress=report, weights=weights)
+
+    def _cv_weights(self, fit_weight: np.ndarray | None, sample_weight: np.ndarray | None):
+        """The search's ``CVWeights``: the rows' fit weights, their sample weights for the
+        score, balanced accuracy when ``class_weight`` is set; None without weights."""
+        from solver.autotune import CVWeights
+
+        balanced = getattr(self, "class_weight", None) is not None
+        if fit_weight is None and sample_weight is None and not balanced:
+            return None
+        return CVWeights(fit=fit_weight, score=sample_weight, balanced=balanced)
 
     def _algorithm_for_kernel(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop):  # pragma: no cover - overridden
+                       should_stop, sample_weight=None):  # pragma: no cover - overridden
         """Solve one binary problem: returns (kind 'alpha'|'w', solution, history, stopped)."""
         raise NotImplementedError
 
@@ -683,7 +837,7 @@ class ODMClassifier(ODMBase):
                  theta: float = 0.2, tol: float = 1e-3, max_iter: int = 1000,
                  cache_size: float = 512.0, shrinking: bool = True, fit_intercept: bool = True,
                  scale: bool = True, random_state=None, probability: bool = False,
-                 max_support_vectors: int | None = None) -> None:
+                 max_support_vectors: int | None = None, class_weight=None) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -700,19 +854,21 @@ class ODMClassifier(ODMBase):
         self.random_state = random_state
         self.probability = probability
         self.max_support_vectors = max_support_vectors
+        self.class_weight = class_weight
 
     def _algorithm_for_kernel(self) -> str:
         return "odm-dcd-linear" if self.kernel == "linear" else "odm-dcd-kernel"
 
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop):
+                       should_stop, sample_weight=None):
         t0 = time.perf_counter()
         if self.kernel == "linear":
             from solver.dcd_linear import solve_linear_dual
 
             res = solve_linear_dual(Z, y, params, tol=float(self.tol),
                                     max_iter=int(self.max_iter), random_state=seed,
-                                    shrinking=bool(self.shrinking), should_stop=should_stop)
+                                    shrinking=bool(self.shrinking), should_stop=should_stop,
+                                    sample_weight=sample_weight)
             kind, sol = "w", np.asarray(res.w, dtype=np.float64).ravel()
         else:
             from solver.dcd_kernel import solve_kernel_dual
@@ -721,7 +877,7 @@ class ODMClassifier(ODMBase):
                                     max_iter=int(self.max_iter),
                                     cache_size=float(self.cache_size),
                                     shrinking=bool(self.shrinking), random_state=seed,
-                                    should_stop=should_stop)
+                                    should_stop=should_stop, sample_weight=sample_weight)
             kind, sol = "alpha", np.asarray(res.alpha, dtype=np.float64)
         record = {
             "n_iter": int(res.n_iter),
@@ -789,7 +945,7 @@ class SODMClassifier(ODMBase):
                  epochs: int | None = None, step_size: float | None = None,
                  n_partitions: int | None = None, linear_solver: str = "dsvrg",
                  probability: bool = False,
-                 max_support_vectors: int | None = None) -> None:
+                 max_support_vectors: int | None = None, class_weight=None) -> None:
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -816,6 +972,7 @@ class SODMClassifier(ODMBase):
         self.n_partitions = n_partitions
         self.max_support_vectors = max_support_vectors
         self.linear_solver = linear_solver
+        self.class_weight = class_weight
 
     def _uses_dsvrg(self) -> bool:
         return self.kernel == "linear" and self.linear_solver == "dsvrg"
@@ -824,7 +981,7 @@ class SODMClassifier(ODMBase):
         return "sodm-dsvrg" if self._uses_dsvrg() else "sodm-hierarchical"
 
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop):
+                       should_stop, sample_weight=None):
         opt = {k: v for k, v in {"n_strata": self.n_strata,
                                  "landmark_candidates": self.landmark_candidates}.items()
                if v is not None}
@@ -836,7 +993,7 @@ class SODMClassifier(ODMBase):
                     opt[name] = getattr(self, name)
             res = sodm_linear(Z, y, params, tol=float(self.tol), random_state=seed,
                               X_val=Z_val, y_val=y_val, progress=progress,
-                              should_stop=should_stop, **opt)
+                              should_stop=should_stop, sample_weight=sample_weight, **opt)
             return "w", np.asarray(res.w, dtype=np.float64).ravel(), list(res.history), \
                 bool(res.stopped)
         from solver.sodm import sodm_kernel
@@ -850,7 +1007,7 @@ class SODMClassifier(ODMBase):
                           tol=float(self.tol),
                           max_iter=int(self.max_iter), cache_size=float(self.cache_size),
                           random_state=seed, X_val=Z_val, y_val=y_val, progress=progress,
-                          should_stop=should_stop, **opt)
+                          should_stop=should_stop, sample_weight=sample_weight, **opt)
         alpha = np.asarray(res.alpha, dtype=np.float64)
         history = list(res.history)
         if res.last_level > 0 and res.partitions is not None and history:
@@ -858,11 +1015,12 @@ class SODMClassifier(ODMBase):
 
             top = int(history[0]["level"])
             ids = level_ids(res.partitions, res.p, top, int(res.last_level))
-            alpha = average_local_duals(alpha, ids)
+            alpha = average_local_duals(alpha, ids, sample_weight)
         return "alpha", alpha, history, bool(res.stopped)
 
 
-def average_local_duals(alpha: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def average_local_duals(alpha: np.ndarray, ids: np.ndarray,
+                        sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Put SODM's output (local duals of the last solved level) on the global ODM scale.
 
     Without a final global solve SODM returns the concatenation of the local ODM solutions of
@@ -872,7 +1030,9 @@ def average_local_duals(alpha: np.ndarray, ids: np.ndarray) -> np.ndarray:
     instead, i.e. ``alpha_i * m_k / M``: the same predictions (a positive rescaling when the
     sizes are equal, which the balanced partitions make them up to one row) and decision values
     on the ODM margin scale, so margin statistics and the theta band mean what they say.
+    With ``sample_weight`` a partition's size is its weights' sum.
     """
     ids = np.asarray(ids, dtype=np.int64)
-    sizes = np.bincount(ids)[ids].astype(np.float64)
-    return np.asarray(alpha, dtype=np.float64) * (sizes / float(len(ids)))[:, None]
+    sizes = np.bincount(ids, weights=sample_weight)[ids].astype(np.float64)
+    total = float(len(ids) if sample_weight is None else np.sum(sample_weight))
+    return np.asarray(alpha, dtype=np.float64) * (sizes / total)[:, None]

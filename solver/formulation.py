@@ -20,6 +20,17 @@ solution is ``w = sum_i y_i (zeta_i - beta_i) phi(x_i)`` and the KKT conditions 
 ``M`` in the ``M c`` term is the *problem's own size* (``m_scale``); SODM's local problems pass
 their partition size, which is exactly the ODM of that partition's data.
 
+Instance weights ``c_i > 0`` (``sample_weight``, ``class_weight``) multiply instance i's loss::
+
+    min_w  1/2 ||w||^2 + lam/(2M) * sum_i c_i (xi_i^2 + upsilon * eps_i^2) / (1 - theta)^2
+
+with ``M = sum_i c_i``.  The Lagrangian's stationarity in ``xi_i`` gives
+``xi_i = M (1-theta)^2 zeta_i / (lam c_i)`` (``eps_i`` likewise with ``upsilon``), so in the dual
+only the diagonal changes: instance i adds ``M c upsilon / c_i`` (zeta) and ``M c / c_i``
+(beta) to H, i.e. its diagonal regularizer scales by ``1 / c_i`` (:func:`diag_vectors`).  An
+integer weight k is the same problem as k copies of the row: the copies' duals sum to the
+weighted row's (same ``M``, same H restricted to the sums), so the optimal ``w`` is equal.
+
 Relation to the ODM journal paper / libodm (Zhang & Zhou): their primal weights the loss by
 ``lambda/m`` instead of ``lam/(2M)`` and calls ``upsilon`` ``mu``, so
 ``lambda_journal = lam / 2``, ``mu = upsilon`` and ``theta`` is the same
@@ -39,6 +50,9 @@ from solver.exceptions import InvalidParameterError as Bad
 
 __all__ = [
     "ODMParams",
+    "diag_vectors",
+    "check_weights",
+    "default_scale",
     "dual_gradient",
     "dual_objective",
     "kkt_violation_from_grad",
@@ -117,6 +131,42 @@ class ODMParams:
         return mc * self.upsilon, mc
 
 
+def check_weights(sample_weight, m: int, *, allow_zero: bool = False) -> np.ndarray | None:
+    """``sample_weight`` as a float64 array of length ``m`` (None stays None).
+
+    Raises ``ValueError`` naming ``sample_weight`` for a wrong shape and for weights that are
+    not finite, negative, or zero (zero only when ``allow_zero``; the estimators drop
+    zero-weight rows before solving, as scikit-learn does)."""
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.ndim != 1 or w.shape[0] != m:
+        raise ValueError(f"sample_weight must have shape ({m},), got {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight must be finite (no NaN or infinity)")
+    if np.any(w < 0):
+        raise ValueError(f"sample_weight must be >= 0, got {float(w.min())!r}")
+    if not allow_zero and np.any(w == 0):
+        raise ValueError("sample_weight must be > 0 (a zero weight drops the row: remove it)")
+    return w
+
+
+def diag_vectors(params: ODMParams, m_scale: float, m: int,
+                 sample_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-instance ``(M c upsilon / c_i, M c / c_i)``: the dual diagonal of each instance
+    (constant without weights), as the compiled solvers take it."""
+    dz, db = params.diag_terms(m_scale)
+    if sample_weight is None:
+        return np.full(m, dz), np.full(m, db)
+    inv = 1.0 / np.asarray(sample_weight, dtype=np.float64)
+    return dz * inv, db * inv
+
+
+def default_scale(m: int, sample_weight: np.ndarray | None) -> float:
+    """The ``M`` of a problem: its rows, or the sum of their weights."""
+    return float(m if sample_weight is None else np.sum(sample_weight))
+
+
 def to_journal_params(params: ODMParams) -> dict[str, float]:
     """Convert to the ODM journal / libodm convention: ``lambda = lam/2``, ``mu = upsilon``."""
     return {"lambda": params.lam / 2.0, "mu": params.upsilon, "theta": params.theta}
@@ -144,30 +194,32 @@ def _margins_u(Q_or_u, alpha: np.ndarray) -> np.ndarray:
     return u
 
 
-def dual_objective(Q_or_u, alpha, params: ODMParams, m: float | None = None) -> float:
+def dual_objective(Q_or_u, alpha, params: ODMParams, m: float | None = None,
+                   sample_weight: np.ndarray | None = None) -> float:
     """Dual objective ``d(zeta, beta)`` (to be minimised).
 
     ``Q_or_u`` is either the m x m matrix ``Q = Y K Y`` or the vector ``u = Q (zeta - beta)``
     (the solvers maintain u, so the objective costs O(m)).  ``m`` is the ``M`` of the ``M c``
-    term, by default ``len(alpha)``.
+    term, by default ``len(alpha)`` (the weights' sum with ``sample_weight``).
     """
     a = _as_alpha(alpha)
-    m = a.shape[0] if m is None else m
+    m = default_scale(a.shape[0], sample_weight) if m is None else m
     u = _margins_u(Q_or_u, a)
-    dz, db = params.diag_terms(m)
+    dz, db = diag_vectors(params, m, a.shape[0], sample_weight)
     z, b = a[:, 0], a[:, 1]
     return float(
-        0.5 * np.dot(z - b, u) + 0.5 * (dz * np.dot(z, z) + db * np.dot(b, b))
+        0.5 * np.dot(z - b, u) + 0.5 * (np.dot(dz * z, z) + np.dot(db * b, b))
         + (params.theta - 1.0) * z.sum() + (params.theta + 1.0) * b.sum()
     )
 
 
-def dual_gradient(Q_or_u, alpha, params: ODMParams, m: float | None = None) -> np.ndarray:
+def dual_gradient(Q_or_u, alpha, params: ODMParams, m: float | None = None,
+                  sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Gradient ``H alpha + b`` of the dual, per instance as an ``(m, 2)`` array."""
     a = _as_alpha(alpha)
-    m = a.shape[0] if m is None else m
+    m = default_scale(a.shape[0], sample_weight) if m is None else m
     u = _margins_u(Q_or_u, a)
-    dz, db = params.diag_terms(m)
+    dz, db = diag_vectors(params, m, a.shape[0], sample_weight)
     g = np.empty_like(a)
     g[:, 0] = u + dz * a[:, 0] + (params.theta - 1.0)
     g[:, 1] = -u + db * a[:, 1] + (params.theta + 1.0)
@@ -206,13 +258,15 @@ def primal_objective_linear(w, X, y, params: ODMParams, m_scale: float | None = 
     return primal_objective_from_margins(w, _margins(w, X, y), params, m_scale)
 
 
-def margin_loss(margins, params: ODMParams) -> float:
-    """The ODM loss ``sum_i xi_i^2 + upsilon eps_i^2`` of the margins ``y_i w.x_i`` (their
-    deviations below / above the band ``[1-theta, 1+theta]``)."""
+def margin_loss(margins, params: ODMParams, sample_weight: np.ndarray | None = None) -> float:
+    """The ODM loss ``sum_i c_i (xi_i^2 + upsilon eps_i^2)`` of the margins ``y_i w.x_i``
+    (their deviations below / above the band ``[1-theta, 1+theta]``; ``c_i = 1`` without
+    weights)."""
     gam = np.asarray(margins, dtype=np.float64)
     xi = np.maximum(0.0, 1.0 - params.theta - gam)
     eps = np.maximum(0.0, gam - 1.0 - params.theta)
-    return float(np.dot(xi, xi) + params.upsilon * np.dot(eps, eps))
+    per = xi * xi + params.upsilon * eps * eps
+    return float(per.sum() if sample_weight is None else np.dot(sample_weight, per))
 
 
 def objective_from_loss(w, loss: float, params: ODMParams, m: float) -> float:
@@ -222,11 +276,12 @@ def objective_from_loss(w, loss: float, params: ODMParams, m: float) -> float:
 
 
 def primal_objective_from_margins(w, margins, params: ODMParams,
-                                  m_scale: float | None = None) -> float:
+                                  m_scale: float | None = None,
+                                  sample_weight: np.ndarray | None = None) -> float:
     """``p(w)`` from the margins ``y_i w.x_i`` when they are already known."""
     gam = np.asarray(margins, dtype=np.float64)
-    m = gam.shape[0] if m_scale is None else m_scale
-    return objective_from_loss(w, margin_loss(gam, params), params, m)
+    m = default_scale(gam.shape[0], sample_weight) if m_scale is None else m_scale
+    return objective_from_loss(w, margin_loss(gam, params, sample_weight), params, m)
 
 
 def instance_gradients_linear(w, X, y, params: ODMParams, idx=None) -> np.ndarray:
@@ -270,13 +325,16 @@ def primal_gradient_linear(w, X, y, params: ODMParams, m_scale: float | None = N
     return w + np.asarray(X.T @ coef).ravel() / m
 
 
-def lipschitz_constant(X, params: ODMParams) -> float:
+def lipschitz_constant(X, params: ODMParams, sample_weight: np.ndarray | None = None) -> float:
     """Largest per-instance smoothness constant ``L_i = 1 + lam max(1, upsilon) ||x_i||^2 /
-    (1-theta)^2``; each ``p_i`` is also 1-strongly convex.  SVRG step sizes are ~0.1 / L."""
+    (1-theta)^2`` (the data term times ``sample_weight_i`` when given); each ``p_i`` is also
+    1-strongly convex.  SVRG step sizes are ~0.1 / L."""
     if sp.issparse(X):
         sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
     else:
         Xd = np.asarray(X, dtype=np.float64)
         sq = np.einsum("ij,ij->i", Xd, Xd)
+    if sample_weight is not None:
+        sq = sq * np.asarray(sample_weight, dtype=np.float64)
     r2 = float(sq.max()) if sq.size else 0.0
     return 1.0 + params.lam * max(1.0, params.upsilon) * r2 / (1.0 - params.theta) ** 2

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from solver.formulation import check_weights, default_scale
+
 
 def check_X(X, *, contiguous: bool = False):
     """Float64 CSR (sorted indices) or a 2-D float64 array (C-contiguous if asked)."""
@@ -51,9 +53,12 @@ def check_alpha0(alpha0, m: int) -> np.ndarray:
     return np.maximum(a, 0.0)
 
 
-def check_dual_problem(X, y, alpha0, m_scale: float | None, tol: float, max_iter: int):
-    """A dual solver's inputs: ``X``, ``y``, the warm start ``alpha`` and ``m_scale`` (the
-    rows the loss is averaged over; ``m`` by default), with ``tol`` and ``max_iter`` checked."""
+def check_dual_problem(X, y, alpha0, m_scale: float | None, tol: float, max_iter: int,
+                       sample_weight=None):
+    """A dual solver's inputs: ``X``, ``y``, the warm start ``alpha``, ``m_scale`` (the
+    rows the loss is averaged over; ``m``, or the sum of ``sample_weight``, by default) and the
+    checked positive weights (None without), with ``tol`` and ``max_iter`` checked."""
+
     if not tol > 0:
         raise ValueError(f"tol must be > 0, got {tol!r}")
     if int(max_iter) < 1:
@@ -62,10 +67,11 @@ def check_dual_problem(X, y, alpha0, m_scale: float | None, tol: float, max_iter
     m = X.shape[0]
     y = check_y(y, m)
     alpha = check_alpha0(alpha0, m)
-    m_scale = float(m if m_scale is None else m_scale)
+    sw = check_weights(sample_weight, m)
+    m_scale = float(default_scale(m, sw) if m_scale is None else m_scale)
     if not m_scale > 0:
         raise ValueError(f"m_scale must be > 0, got {m_scale!r}")
-    return X, y, alpha, m_scale
+    return X, y, alpha, m_scale, sw
 
 
 def as_generator(random_state) -> np.random.Generator:

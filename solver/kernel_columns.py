@@ -126,7 +126,7 @@ class ColumnStore:
         ahead = order[p + 1: p + 1 + FETCH_LOOKAHEAD * want]
         ahead = ahead[self.slot[ahead] < 0]
         if ahead.size:
-            v = nk.pair_violations(f[ahead], y[ahead], alpha[ahead], dz, db, theta,
+            v = nk.pair_violations(f[ahead], y[ahead], alpha[ahead], dz[ahead], db[ahead], theta,
                                    np.empty(ahead.size))
             ahead = ahead[v > nk.SKIP][: want - 1]
         self.fetch(np.concatenate(([order[p]], ahead)).astype(np.int64))

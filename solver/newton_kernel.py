@@ -148,8 +148,8 @@ class NewtonSchedule:
     store: ColumnStore
     kdiag: np.ndarray
     y: np.ndarray
-    dz: float
-    db: float
+    dz: np.ndarray
+    db: np.ndarray
     theta: float
     direct_max: int  # largest face a direct step factors (the kernel budget's share)
     direct_settled: int  # ... while coordinate descent still shrinks the face
@@ -160,12 +160,12 @@ class NewtonSchedule:
     faces: FaceSystems | None = None
 
     @classmethod
-    def for_store(cls, store: ColumnStore, cache_size: float, kdiag, y, dz: float,
-                  db: float, theta: float) -> NewtonSchedule:
+    def for_store(cls, store: ColumnStore, cache_size: float, kdiag, y, dz: np.ndarray,
+                  db: np.ndarray, theta: float) -> NewtonSchedule:
         """The schedule of a solve whose kernel budget is ``cache_size`` MB."""
         direct_max = max(DIRECT_MIN_FACE, int(np.sqrt(
             DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes)))
-        return cls(store, kdiag, y, float(dz), float(db), float(theta), direct_max,
+        return cls(store, kdiag, y, dz, db, float(theta), direct_max,
                    min(direct_max, DIRECT_MAX_FACE), faces=FaceSystems(store))
 
     def work(self) -> NewtonWork:
@@ -485,8 +485,8 @@ class _Dual:
     store: ColumnStore
     kdiag: np.ndarray
     y: np.ndarray
-    dz: float
-    db: float
+    dz: np.ndarray  # per-instance diagonal terms (solver.formulation.diag_vectors)
+    db: np.ndarray
     theta: float
     buf: np.ndarray
 
@@ -514,7 +514,7 @@ class _Dual:
         """``nu_S`` on the face ``S`` and its cost in mat-vecs, or ``(None, 0)`` when the
         attempt must end (budget spent, factor failed, face too large)."""
         store = self.store
-        D = np.where(zside, self.dz, self.db)
+        D = np.where(zside, self.dz[S], self.db[S])
         t = self.y[S] * np.where(zside, 1.0 - self.theta, 1.0 + self.theta)
         if left <= 1:
             return None, 0
@@ -624,5 +624,5 @@ def predicted_face(f, y, alpha, theta) -> int:
 def pair_objective(f, y, alpha, dz, db, theta) -> float:
     """Dual objective ``1/2 a'Ha + b'a`` from ``f = K nu`` (``nu = y (zeta - beta)``)."""
     z, b = alpha[:, 0], alpha[:, 1]
-    quad = float((y * (z - b)) @ f) + dz * float(z @ z) + db * float(b @ b)
+    quad = float((y * (z - b)) @ f) + float((dz * z) @ z) + float((db * b) @ b)
     return 0.5 * quad + (theta - 1.0) * float(z.sum()) + (theta + 1.0) * float(b.sum())

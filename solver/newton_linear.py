@@ -1,8 +1,9 @@
 """Exact linear ODM in the primal: a finite Newton method (Keerthi & DeCoste's L2-SVM-MFN).
 
-With the dual's diagonal terms ``(dz, db) = params.diag_terms(M)`` the primal is
+With the dual's per-instance diagonal terms ``(dz_i, db_i)`` (``params.diag_terms(M)`` divided
+by the instance's weight, ``solver.formulation.diag_vectors``) the primal is
 
-    P(w) = 1/2 ||w||^2 + sum_i [ xi_i^2 / (2 dz) + eps_i^2 / (2 db) ],
+    P(w) = 1/2 ||w||^2 + sum_i [ xi_i^2 / (2 dz_i) + eps_i^2 / (2 db_i) ],
     xi_i = max(0, 1 - theta - u_i),  eps_i = max(0, u_i - 1 - theta),  u_i = y_i w.x_i,
 
 a strongly convex, piecewise-quadratic function (the ODM loss is a squared hinge on each side
@@ -36,17 +37,18 @@ __all__ = ["primal_newton", "alpha_from_margins"]
 _GTOL = 1e-12  # relative gradient or Newton step size treated as zero
 
 
-def alpha_from_margins(u: np.ndarray, dz: float, db: float, theta: float) -> np.ndarray:
+def alpha_from_margins(u: np.ndarray, dz: np.ndarray, db: np.ndarray,
+                       theta: float) -> np.ndarray:
     """The dual pairs of the KKT closed forms, ``(m, 2)`` = [xi / dz, eps / db]."""
     return np.column_stack((np.maximum(0.0, 1.0 - theta - u) / dz,
                             np.maximum(0.0, u - 1.0 - theta) / db))
 
 
 @njit(cache=True)
-def _line_search(wd: float, dd: float, u: np.ndarray, v: np.ndarray, a_lo: float,
-                 a_hi: float, theta: float) -> float:
+def _line_search(wd: float, dd: float, u: np.ndarray, v: np.ndarray, a_lo: np.ndarray,
+                 a_hi: np.ndarray, theta: float) -> float:
     """argmin_t P(w + t d): root of the increasing piecewise-linear derivative
-    ``phi'(t) = w.d + t d.d + sum_lo a_lo (z - 1 + theta) v + sum_hi a_hi (z - 1 - theta) v``
+    ``phi'(t) = w.d + t d.d + sum_lo a_lo_i (z - 1 + theta) v + sum_hi a_hi_i (z-1-theta) v``
     with ``z = u + t v``; Newton steps kept inside the bracket, bisection otherwise
     (compiled: one pass over the instances per trial step)."""
     lo_t, hi_t, t = 0.0, np.inf, 1.0
@@ -56,11 +58,11 @@ def _line_search(wd: float, dd: float, u: np.ndarray, v: np.ndarray, a_lo: float
         for i in range(u.shape[0]):
             z = u[i] + t * v[i]
             if z < 1.0 - theta:
-                dphi += a_lo * (z - 1.0 + theta) * v[i]
-                ddphi += a_lo * v[i] * v[i]
+                dphi += a_lo[i] * (z - 1.0 + theta) * v[i]
+                ddphi += a_lo[i] * v[i] * v[i]
             elif z > 1.0 + theta:
-                dphi += a_hi * (z - 1.0 - theta) * v[i]
-                ddphi += a_hi * v[i] * v[i]
+                dphi += a_hi[i] * (z - 1.0 - theta) * v[i]
+                ddphi += a_hi[i] * v[i] * v[i]
         if dphi > 0:
             hi_t = t
         elif dphi < 0:
@@ -88,7 +90,8 @@ def _weighted_gram(X, idx: np.ndarray, wts: np.ndarray) -> np.ndarray:
     return (Xi * wts[:, None]).T @ Xi
 
 
-def primal_newton(X, y: np.ndarray, dz: float, db: float, theta: float, w0: np.ndarray, *,
+def primal_newton(X, y: np.ndarray, dz: np.ndarray, db: np.ndarray, theta: float,
+                  w0: np.ndarray, *,
                   max_iter: int = 50) -> tuple[np.ndarray, int]:
     """Minimize the linear ODM primal from ``w0``; returns ``(w, Newton steps)``.
 
@@ -113,8 +116,8 @@ def primal_newton(X, y: np.ndarray, dz: float, db: float, theta: float, w0: np.n
             break  # w minimizes the quadratic piece it lies on: the optimum
         steps += 1
         r = np.zeros_like(u)
-        r[low] = a_lo * (u[low] - 1.0 + theta)
-        r[high] = a_hi * (u[high] - 1.0 - theta)
+        r[low] = a_lo[low] * (u[low] - 1.0 + theta)
+        r[high] = a_hi[high] * (u[high] - 1.0 - theta)
         g = w + np.asarray(X.T @ (y * r)).ravel()
         if np.abs(g).max() <= _GTOL * max(1.0, np.abs(w).max()):
             break  # stationary to rounding (instances exactly on a band edge can flip sets)

@@ -42,11 +42,17 @@ class EntryMoments:
     mean: float = 0.0
     m2: float = 0.0
 
-    def add(self, X: Matrix) -> None:
+    def add(self, X: Matrix, w: np.ndarray | None = None) -> None:
+        """Merge the entries of ``X`` (each row counted ``w_i`` times when given; then
+        ``count`` is a weighted count)."""
         n = X.shape[0] * X.shape[1]
         if n == 0:
             return
-        if sp.issparse(X):
+        if w is not None:
+            n, mean, m2 = _weighted_entry_moments(X, np.asarray(w, dtype=np.float64))
+            if n <= 0:
+                return
+        elif sp.issparse(X):
             data = X.data
             mean = float(data.sum()) / n
             m2 = float(((data - mean) ** 2).sum()) + (n - data.size) * mean * mean
@@ -65,6 +71,26 @@ class EntryMoments:
     @property
     def variance(self) -> float:
         return self.m2 / self.count if self.count else 0.0
+
+
+def _weighted_entry_moments(X: Matrix, w: np.ndarray) -> tuple[float, float, float]:
+    """Weighted count, mean and centred sum of squares of all entries of X (row i counted
+    ``w_i`` times)."""
+    d = X.shape[1]
+    count = float(w.sum()) * d
+    if count <= 0:
+        return 0.0, 0.0, 0.0
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        mean = float(np.dot(w[rows], X.data)) / count
+        nnz = np.diff(X.indptr)
+        m2 = float(np.dot(w[rows], (X.data - mean) ** 2)) \
+            + float(np.dot(w, d - nnz)) * mean * mean
+    else:
+        mean = float(w @ X.sum(axis=1)) / count
+        m2 = float(w @ ((X - mean) ** 2).sum(axis=1))
+    return count, mean, m2
 
 
 @dataclass(frozen=True)
@@ -91,10 +117,12 @@ def _nnz(X: Matrix) -> int:
     return int(X.nnz) if sp.issparse(X) else int(np.count_nonzero(X))
 
 
-def scan(blocks: Callable[[], Iterable[Matrix]], *, scale: bool = True) -> RowStats:
+def scan(blocks: Callable[[], Iterable[Matrix]], *, scale: bool = True,
+         weights: np.ndarray | None = None) -> RowStats:
     """The statistics of the rows that ``blocks()`` yields (called once per pass, each time
     the same blocks in the same order): a range pass when ``scale``, then a moments pass
-    over the scaled blocks."""
+    over the scaled blocks (the variance weighted by the rows' ``weights`` when given, as
+    ``solver.training.weighted_variance``)."""
     scaler = None
     if scale:
         lo = hi = None
@@ -112,7 +140,7 @@ def scan(blocks: Callable[[], Iterable[Matrix]], *, scale: bool = True) -> RowSt
     for X in blocks():
         n_features = X.shape[1]
         Xs = scaler.transform(X) if scaler is not None and X.shape[0] else X
-        moments.add(Xs)
+        moments.add(Xs, None if weights is None else weights[n_rows:n_rows + Xs.shape[0]])
         n_rows += Xs.shape[0]
         nnz += _nnz(Xs)
     return RowStats(n_rows, n_features, scaler, moments.variance, nnz / max(1, n_rows))

@@ -72,7 +72,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.dcd_kernel import kernel_decision, solve_kernel_dual
-from solver.formulation import ODMParams, dual_gradient, dual_objective, kkt_violation_from_grad
+from solver.formulation import (
+    ODMParams,
+    check_weights,
+    default_scale,
+    dual_gradient,
+    dual_objective,
+    kkt_violation_from_grad,
+)
 from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, select_landmarks
@@ -226,7 +233,8 @@ def rescale_factors(old_sizes: np.ndarray, new_sizes: np.ndarray) -> np.ndarray:
 
 
 def warm_start_violation(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scale: float,
-                         tol: float, *, block_rows: int = 1024
+                         tol: float, *, block_rows: int = 1024,
+                         sample_weight: np.ndarray | None = None
                          ) -> tuple[float, np.ndarray | None]:
     """KKT violation of ``alpha0`` on the problem ``(X, y, m_scale)``, computed in row blocks
     that stop at the first block violating ``tol``.
@@ -249,7 +257,8 @@ def warm_start_violation(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scal
         e = min(m, s + step)
         if nz.size:
             u[s:e] = yv[s:e] * (kernel_matrix(kernel, X[s:e], Xs) @ nus)
-        g = dual_gradient(u[s:e], a0[s:e], params, m_scale)
+        g = dual_gradient(u[s:e], a0[s:e], params, m_scale,
+                          None if sample_weight is None else sample_weight[s:e])
         viol = max(viol, kkt_violation_from_grad(g, a0[s:e]))
         if viol > tol:
             return viol, None
@@ -259,25 +268,30 @@ def warm_start_violation(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scal
 def solve_partition(X, y, kernel: Kernel, params: ODMParams, alpha0, *, m_scale: float,
                     tol: float, max_iter: int, cache_size: float, seed: int,
                     shrinking: bool = True, check_warm_start: bool = True,
-                    should_stop: StopFn | None = None) -> PartitionOutcome:
+                    should_stop: StopFn | None = None,
+                    sample_weight: np.ndarray | None = None) -> PartitionOutcome:
     """Solve one local ODM (one partition at one level) from ``alpha0``.
 
     With ``check_warm_start`` the KKT violation of ``alpha0`` is measured first
     (:func:`warm_start_violation`); if it is already ``<= tol`` the partition is not re-solved
     (``skipped=True``).  This is the unit of work a distributed engine runs per partition.
+    ``sample_weight``: the partition's rows' weights (``m_scale`` is then their sum).
     """
     t0 = time.perf_counter()
     a0 = np.asarray(alpha0, dtype=np.float64)
     warm_kkt = np.inf
     if check_warm_start and np.any(a0):
-        warm_kkt, u = warm_start_violation(X, y, kernel, params, a0, m_scale, tol)
+        warm_kkt, u = warm_start_violation(X, y, kernel, params, a0, m_scale, tol,
+                                           sample_weight=sample_weight)
         if u is not None:
-            return PartitionOutcome(a0.copy(), dual_objective(u, a0, params, m_scale),
+            return PartitionOutcome(a0.copy(),
+                                    dual_objective(u, a0, params, m_scale, sample_weight),
                                     warm_kkt, warm_kkt, 0, True, False, True,
                                     time.perf_counter() - t0)
     res = solve_kernel_dual(X, y, kernel, params, alpha0=a0, m_scale=m_scale, tol=tol,
                             max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
-                            random_state=seed, should_stop=should_stop)
+                            random_state=seed, should_stop=should_stop,
+                            sample_weight=sample_weight)
     return PartitionOutcome(res.alpha, float(res.objective), float(res.kkt_violation),
                             float(warm_kkt), int(res.n_iter), bool(res.converged),
                             bool(res.stopped), False, time.perf_counter() - t0, res.newton)
@@ -297,16 +311,19 @@ def validation_accuracy(X, y, kernel: Kernel, alpha: np.ndarray, X_val, y_val) -
 def solve_groups(pool: TaskPool, X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray,
                  groups: list[np.ndarray], *, level: int, seed: int, tol: float,
                  max_iter: int, cache_size: float, shrinking: bool, check_warm_start: bool,
-                 m_scales: list[float] | None = None) -> list[PartitionOutcome]:
+                 m_scales: list[float] | None = None,
+                 sample_weight: np.ndarray | None = None) -> list[PartitionOutcome]:
     """Solve every non-empty group of rows as one local problem (seeded by its group number)
-    and write the solutions back into ``alpha`` (in place); outcomes in group order."""
+    and write the solutions back into ``alpha`` (in place); outcomes in group order.
+    A group's ``m_scale`` defaults to its rows (the sum of their ``sample_weight``)."""
     ks = [k for k, g in enumerate(groups) if g.size]
     tasks = []
     for k in ks:
         g = groups[k]
-        ms = float(g.size if m_scales is None else m_scales[k])
+        sw = None if sample_weight is None else sample_weight[g]
+        ms = float(default_scale(g.size, sw) if m_scales is None else m_scales[k])
         tasks.append(((_rows(X, g), y[g], kernel, params, alpha[g]),
-                      {"m_scale": ms, "tol": tol, "max_iter": max_iter,
+                      {"m_scale": ms, "sample_weight": sw, "tol": tol, "max_iter": max_iter,
                        "cache_size": cache_size, "seed": local_seed(seed, level, k),
                        "shrinking": shrinking, "check_warm_start": check_warm_start}))
     outs = pool.map(solve_partition, tasks)
@@ -323,11 +340,13 @@ class PoolLevels:
     def __init__(self, pool: TaskPool, X, y, kernel: Kernel, params: ODMParams,
                  finest: np.ndarray, p: int, levels: int, *, seed: int, tol: float,
                  max_iter: int, cache_size: float, shrinking: bool, X_val=None, y_val=None,
-                 keep_levels: bool = False) -> None:
+                 keep_levels: bool = False, sample_weight: np.ndarray | None = None) -> None:
         self.pool, self.X, self.y, self.kernel, self.params = pool, X, y, kernel, params
         self.finest, self.p, self.levels = finest, p, levels
         self.solve_options = {"seed": seed, "tol": tol, "max_iter": max_iter,
-                              "cache_size": cache_size, "shrinking": shrinking}
+                              "cache_size": cache_size, "shrinking": shrinking,
+                              "sample_weight": sample_weight}
+        self.sample_weight = sample_weight
         self.X_val, self.y_val = X_val, y_val
         self.keep_levels = keep_levels
         self.alpha = np.zeros((X.shape[0], 2))
@@ -339,7 +358,8 @@ class PoolLevels:
         ids = level_ids(self.finest, self.p, self.levels, lvl) if lvl > 0 \
             else np.zeros(M, dtype=np.int64)
         groups = partition_members(ids, self.p ** lvl)
-        sizes = np.bincount(ids, minlength=self.p ** lvl)[ids].astype(np.float64)
+        sizes = np.bincount(ids, weights=self.sample_weight,
+                            minlength=self.p ** lvl)[ids].astype(np.float64)
         if step.rescale and self._sizes is not None:
             self.alpha *= rescale_factors(self._sizes, sizes)[:, None]
         outs = solve_groups(self.pool, self.X, self.y, self.kernel, self.params, self.alpha,
@@ -365,8 +385,8 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
                 cache_size: float = 512.0, random_state=None, X_val=None, y_val=None,
                 progress: ProgressFn | None = None, should_stop: StopFn | None = None,
                 convergence_test: bool = True, shrinking: bool = True,
-                landmark_candidates: int | None = None, keep_levels: bool = False
-                ) -> SODMResult:
+                landmark_candidates: int | None = None, keep_levels: bool = False,
+                sample_weight: np.ndarray | None = None) -> SODMResult:
     """SODM Algorithm 1 (see the module docstring); ``y`` in {-1, +1}.
 
     ``levels=0`` (one partition) is the exact solver.  ``random_state`` is an int seed (None
@@ -375,7 +395,8 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
     solves (a stop returns the current concatenated ``alpha`` with ``stopped=True``).
     ``keep_levels`` stores a copy of every level's solution in ``result.level_alpha``.
     ``landmark_candidates`` bounds the rows landmarks are chosen from (None:
-    ``DEFAULT_LANDMARK_CANDIDATES``; a value >= M means all rows).
+    ``DEFAULT_LANDMARK_CANDIDATES``; a value >= M means all rows).  ``sample_weight``
+    (positive) weights each row's loss; every partition's ``M`` is then its weights' sum.
     """
     params.validate()
     kernel.validate()
@@ -387,6 +408,7 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
         raise ValueError(f"tol must be > 0, got {tol!r}")
     X, y = check_Xy(X, y)
     M = X.shape[0]
+    sample_weight = check_weights(sample_weight, M)
     shape = resolve_structure(M, cache_size, p=p, levels=levels, n_strata=n_strata,
                               landmark_candidates=landmark_candidates,
                               final_global_solve=final_global_solve)
@@ -415,7 +437,8 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
     with TaskPool(n_jobs if resolve_n_jobs(n_jobs) > 1 else 1, should_stop) as pool:
         backend = PoolLevels(pool, X, y, kernel, params, finest, p, L, seed=seed, tol=tol,
                              max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
-                             X_val=X_val, y_val=y_val, keep_levels=keep_levels)
+                             X_val=X_val, y_val=y_val, keep_levels=keep_levels,
+                             sample_weight=sample_weight)
         run = run_levels(backend, L, final_global_solve=final, warm_start=warm_start,
                          convergence_test=convergence_test, progress=progress,
                          should_stop=should_stop, started=t_start)

@@ -53,6 +53,25 @@ def overall_variance(X: np.ndarray | sp.csr_matrix) -> float:
     return moments.variance
 
 
+def weighted_variance(X: np.ndarray | sp.csr_matrix, sample_weight: np.ndarray | None) -> float:
+    """Variance of all entries of X with each row counted ``sample_weight_i`` times (what
+    :func:`overall_variance` gives on the rows repeated; it is that function without
+    weights)."""
+    if sample_weight is None:
+        return overall_variance(X)
+    w = np.asarray(sample_weight, dtype=np.float64)
+    total = float(w.sum()) * X.shape[1]
+    if total <= 0:
+        return 0.0
+    if sp.issparse(X):
+        s1 = np.asarray(X.sum(axis=1)).ravel()
+        s2 = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    else:
+        s1, s2 = X.sum(axis=1), np.einsum("ij,ij->i", X, X)
+    mean = float(w @ s1) / total
+    return max(0.0, float(w @ s2) / total - mean * mean)
+
+
 def resolve_gamma(kernel: str, gamma: float | str, n_features: int,
                   variance: Callable[[], float]) -> float:
     """The kernel's gamma: 1.0 for the linear kernel, ``1 / (n_features * Var)`` of the

@@ -1,4 +1,5 @@
-"""Held-out evaluation of a fitted classifier: accuracy, precision, recall, F1, ROC AUC from
+"""Held-out evaluation of a fitted classifier: accuracy, balanced accuracy (the mean of the
+per-class recalls, also listed), precision, recall, F1, ROC AUC from
 decision values, the confusion matrix (original label values), margin statistics, and for a
 model with probabilities (Platt) their calibration error (ECE, Brier, reliability bins), and
 the served-margin reference of margin monitoring."""
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import (
     accuracy_score,
+    balanced_accuracy_score,
     confusion_matrix,
     f1_score,
     precision_score,
@@ -94,6 +96,8 @@ def evaluate(est: Any, X: Any, y: np.ndarray
     metrics: dict[str, Any] = {
         "n_test": int(len(y)),
         "accuracy": float(accuracy_score(y, pred)),
+        "balanced_accuracy": float(balanced_accuracy_score(y, pred)) if len(y) else None,
+        "recall_per_class": recall_per_class(y, pred, classes),
         "precision": float(precision_score(y, pred, zero_division=0, **avg)),
         "recall": float(recall_score(y, pred, zero_division=0, **avg)),
         "f1": float(f1_score(y, pred, zero_division=0, **avg)),
@@ -119,6 +123,19 @@ def evaluate(est: Any, X: Any, y: np.ndarray
         margin = margin_stats(est, Xk, y[known])
     reference = reference_of(F, model_theta(est), "held-out")
     return jsonable(metrics), jsonable(margin), reference
+
+
+def recall_per_class(y: np.ndarray, pred: np.ndarray, classes: np.ndarray
+                     ) -> list[dict[str, Any]]:
+    """Per model class: its held-out rows (``support``) and the share of them predicted as
+    it (``recall``, None without rows): what a majority-class model's accuracy hides."""
+    out = []
+    for c in classes:
+        rows = y == c
+        n = int(np.count_nonzero(rows))
+        out.append({"label": plain(c), "support": n,
+                    "recall": float(np.mean(pred[rows] == c)) if n else None})
+    return out
 
 
 def n_support_vectors(est: Any) -> int:

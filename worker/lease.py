@@ -62,6 +62,8 @@ class ClaimedJob:
     seed: int
     test_fraction: float
     search: SearchPlan | None
+    class_weight: str | dict[str, float] | None = None  # the request's (labels as text)
+    weight_column: str | None = None
 
     @classmethod
     def from_row(cls, row: Any, worker: str) -> ClaimedJob:
@@ -75,7 +77,8 @@ class ClaimedJob:
                    model_name=row["model_name"], seed=int(req.get("seed") or 0),
                    test_fraction=float(req.get("test_fraction") or 0.2),
                    search=SearchPlan(dict(search["grid"]), int(search.get("folds") or 3))
-                   if search else None)
+                   if search else None, class_weight=req.get("class_weight"),
+                   weight_column=req.get("weight_column"))
 
 
 def owned(job_id: str, claim_worker: str, attempt: int):

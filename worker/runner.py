@@ -71,13 +71,32 @@ def _load(dataset_id: str) -> tuple[Any, np.ndarray]:
     return storage.load_dataset(storage.dataset_dir(dataset_id))
 
 
-def _feature_names(dataset_id: str, n_features: int) -> list[str] | None:
-    """The dataset's column names (CSV header, Parquet schema) when there is one per
-    feature of the model; LIBSVM data has none."""
+def _feature_names(dataset_id: str, n_features: int,
+                   weight_column: str | None = None) -> list[str] | None:
+    """The dataset's column names (CSV header, Parquet schema; the weight column taken out)
+    when there is one per feature of the model; LIBSVM data has none."""
     from app.services import storage
 
     names = storage.read_meta(storage.dataset_dir(dataset_id)).get("feature_names")
+    if names and weight_column is not None:
+        names = [n for n in names if n != weight_column]
     return [str(n) for n in names] if names and len(names) == n_features else None
+
+
+def _without_weights(dataset_id: str, X: Any, column: str | None
+                     ) -> tuple[Any, np.ndarray | None]:
+    """``X`` without the request's weight column, and that column (None without one)."""
+    if column is None:
+        return X, None
+    from app.services import storage
+
+    j = storage.feature_index(storage.dataset_dir(dataset_id), column)
+    if j is None:
+        raise ValueError(f"dataset {dataset_id} has no column named {column!r}")
+    w = np.asarray(X[:, [j]].toarray() if sp.issparse(X) else X[:, j],
+                   dtype=np.float64).ravel()
+    keep = np.flatnonzero(np.arange(X.shape[1]) != j)
+    return (X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep])), w
 
 
 def _fit_width(X: Any, n_features: int) -> Any:
@@ -176,21 +195,51 @@ def _spark_job(c: ClaimedJob, hb: Heartbeat) -> Any:
                                   on_session=on_session, on_status=hb.report_spark)
 
 
-def _spark_rows(c: ClaimedJob) -> tuple[np.ndarray | None, np.ndarray, Any, np.ndarray]:
-    """A Spark job's rows without its training features, which stay with Spark:
-    ``(training row ids, None for all; their labels; X_test; y_test)``. The split is the
-    local backend's (same seed, same rows); only the held-out rows are loaded here."""
+@dataclass
+class _SparkRows:
+    """A Spark job's rows without its training features, which stay with Spark: the
+    training row ids (None for all), their labels, the held-out rows, and with a weight
+    column its feature position and the training rows' weights (rows of weight 0 are not
+    among the training rows, as the local fit leaves them out)."""
+
+    train_rows: np.ndarray | None
+    y_train: np.ndarray
+    X_test: Any
+    y_test: np.ndarray
+    weight_feature: int | None = None
+    w_train: np.ndarray | None = None
+
+
+def _spark_rows(c: ClaimedJob) -> _SparkRows:
+    """The split is the local backend's (same seed, same rows); only the held-out rows are
+    loaded here (without the weight column)."""
     from app.services import storage
 
     ddir = storage.dataset_dir(c.dataset_id)
     y = storage.load_labels(ddir)
+    j = w = None
+    if c.weight_column is not None:
+        j = storage.feature_index(ddir, c.weight_column)
+        if j is None:
+            raise ValueError(f"dataset {c.dataset_id} has no column named "
+                             f"{c.weight_column!r}")
+        w = storage.load_feature(ddir, j)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        n_features = int(storage.read_meta(ddir)["n_features"])
-        return None, y, _fit_width(X_test, n_features), y_test
-    train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
-    X_test, y_test = storage.load_rows(ddir, test_idx)
-    return train_idx, y[train_idx], X_test, y_test
+        X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
+        n_features = int(storage.read_meta(ddir)["n_features"]) - (j is not None)
+        train_idx, X_test = None, _fit_width(X_test, n_features)
+    else:
+        train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
+        X_test, y_test = storage.load_rows(ddir, test_idx)
+        X_test, _ = _without_weights(c.dataset_id, X_test, c.weight_column)
+    if w is None:
+        rows = train_idx
+    else:
+        rows = np.arange(len(y)) if train_idx is None else train_idx
+        rows = rows[w[rows] > 0]
+    return _SparkRows(rows, y if rows is None else y[rows], X_test, y_test, j,
+                      None if w is None else w[rows])
 
 
 def run_claimed(c: ClaimedJob) -> str:
@@ -321,6 +370,8 @@ class _TrainData:
     y_test: np.ndarray
     train_rows: np.ndarray | None = None
     spark_job: Any = None
+    w_train: np.ndarray | None = None  # the rows' weights (the request's weight_column)
+    weight_feature: int | None = None  # Spark: the stored feature holding them
 
 
 def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> str:
@@ -328,6 +379,8 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     seed = c.seed
     params = dict(c.params)
     est = build_estimator(c.algorithm, params, seed)
+    if c.class_weight is not None:
+        est.set_params(class_weight=c.class_weight)
     hb.report(0.01, "loading data")
     data = _training_data(c, hb, spark_scope)
     check_going(hb)
@@ -356,16 +409,24 @@ def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitSta
     require_datasets(c)
     if c.backend == "spark":
         # Spark reads the training rows by path; this process loads labels and test rows
-        train_rows, y_train, X_test, y_test = _spark_rows(c)
+        r = _spark_rows(c)
         check_going(hb)
         spark_job = spark_scope.enter_context(_spark_job(c, hb))
-        return _TrainData(None, y_train, X_test, y_test, train_rows, spark_job)
+        return _TrainData(None, r.y_train, r.X_test, r.y_test, r.train_rows, spark_job,
+                          r.w_train, r.weight_feature)
     X, y = _load(c.dataset_id)
+    X, w = _without_weights(c.dataset_id, X, c.weight_column)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        return _TrainData(X, y, _fit_width(X_test, X.shape[1]), y_test)
+        X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
+        keep = np.arange(len(y)) if w is None else np.flatnonzero(w > 0)
+        return _TrainData(X[keep], y[keep], _fit_width(X_test, X.shape[1]), y_test,
+                          w_train=None if w is None else w[keep])
     train_idx, test_idx = split(X, y, c.test_fraction, c.seed)
-    return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx])
+    if w is not None:  # rows of weight 0 are left out (as on Spark: the same CV folds)
+        train_idx = train_idx[w[train_idx] > 0]
+    return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx],
+                      w_train=None if w is None else w[train_idx])
 
 
 def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
@@ -378,10 +439,12 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
 
     hb.report(0.05, "grid search")
     if data.spark_job is not None:
-        fit_score = spark_fit_score(data.spark_job, params, c.seed, data.train_rows,
-                                    data.y_train)
+        fit_score = spark_fit_score(data.spark_job, spark_params(est, params), c.seed,
+                                    data.train_rows, data.y_train, data.weight_feature,
+                                    data.w_train)
     else:
-        fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop)
+        fit_score = local_fit_score(est, data.X_train, data.y_train, hb.should_stop,
+                                    data.w_train)
     search_result = grid_search(
         data.y_train, c.search.grid, c.search.folds, c.seed, fit_score,
         progress=lambda f, m: hb.report(0.05 + 0.45 * f, m), should_stop=hb.should_stop)
@@ -402,9 +465,19 @@ def _spark_auto(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
 
     hb.report(0.05, "auto search")
     return spark_auto.choose(est, storage.dataset_dir(c.dataset_id), data.train_rows,
-                             data.y_train, params,
+                             data.y_train, params, weight_feature=data.weight_feature,
+                             sample_weight=data.w_train,
                              progress=lambda f, m: hb.report(0.05 + 0.45 * f, m),
                              should_stop=hb.should_stop)
+
+
+def spark_params(est: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """What a Spark fit is given: the job's parameters without the seed, with the request's
+    ``class_weight`` (set on ``est``)."""
+    out = {k: v for k, v in params.items() if k != "random_state"}
+    if getattr(est, "class_weight", None) is not None:
+        out["class_weight"] = est.class_weight
+    return out
 
 
 def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _TrainData,
@@ -424,12 +497,13 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
         from worker import spark_auto
 
         with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)
-            est = data.spark_job.fit({k: v for k, v in params.items() if k != "random_state"},
-                                     seed, rows=data.train_rows, progress=progress)
+            est = data.spark_job.fit(spark_params(est, params), seed, rows=data.train_rows,
+                                     progress=progress, weight_feature=data.weight_feature)
         spark_scope.close()  # the Spark session ends with the training
         spark_auto.record(est, auto_info, clock.seconds)
     else:
-        est.fit(data.X_train, data.y_train, progress=progress, should_stop=hb.should_stop)
+        est.fit(data.X_train, data.y_train, data.w_train, progress=progress,
+                should_stop=hb.should_stop)
     return est, time.perf_counter() - t0
 
 
@@ -453,7 +527,8 @@ def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
                             "random_state": est.get_params().get("random_state")}),
         "metrics": metrics, **margins, "fit_info": fit_info,
         "n_features": int(est.n_features_in_),
-        "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_)),
+        "feature_names": _feature_names(c.dataset_id, int(est.n_features_in_),
+                                        c.weight_column),
         "classes": jsonable(list(est.classes_)), "n_support_vectors": n_support_vectors(est),
         "train_seconds": float(train_seconds), "file_sha256": stored.sha256,
         "file_bytes": stored.size,

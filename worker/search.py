@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -31,33 +32,55 @@ def _folds(y: np.ndarray, k: int, seed: int):
     return KFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)))
 
 
-def local_fit_score(est: Any, X: Any, y: np.ndarray,
-                    should_stop: Callable[[], bool]) -> FitScore:
-    """Fit ``clone(est)`` with the point on ``X[train]``, score it on ``X[validation]``."""
+def local_fit_score(est: Any, X: Any, y: np.ndarray, should_stop: Callable[[], bool],
+                    sample_weight: np.ndarray | None = None) -> FitScore:
+    """Fit ``clone(est)`` with the point on ``X[train]`` (their ``sample_weight``), score it
+    on ``X[validation]``: accuracy weighted by their ``sample_weight``, balanced accuracy
+    when the estimator has a ``class_weight`` (``solver.autotune.CVWeights``)."""
+    from solver.autotune import CVWeights
+
+    weights = CVWeights(score=sample_weight,
+                        balanced=getattr(est, "class_weight", None) is not None)
 
     def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
         cand = clone(est).set_params(**point)
-        cand.fit(X[tr], y[tr], should_stop=should_stop)
-        return float(cand.score(X[va], y[va]))
+        cand.fit(X[tr], y[tr], None if sample_weight is None else sample_weight[tr],
+                 should_stop=should_stop)
+        return weights.fold_score(y[va], cand.predict(X[va]), va)
 
     return fit_score
 
 
+def drop_feature(X: Any, j: int) -> Any:
+    """``X`` without feature ``j`` (dense or CSR)."""
+    keep = np.flatnonzero(np.arange(X.shape[1]) != j)
+    return X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep])
+
+
 def spark_fit_score(spark_job: Any, params: dict[str, Any], seed: int | None,
-                    train_rows: np.ndarray | None, y_train: np.ndarray) -> FitScore:
+                    train_rows: np.ndarray | None, y_train: np.ndarray,
+                    weight_feature: int | None = None,
+                    sample_weight: np.ndarray | None = None) -> FitScore:
     """The fold step on Spark (``worker.spark_backend.SparkJob``): the fold's fit is Spark
     jobs over its training rows (``train_rows``: the job's training row ids, None for every
     row); its validation rows, one fold at a time like the held-out rows, are read here and
-    scored with the fitted model, as the local backend scores ``X_train[va]``."""
+    scored with the fitted model, as the local backend scores ``X_train[va]``; with a weight
+    column (``weight_feature``, the training rows' ``sample_weight``) the fits take it out of
+    the features and the folds are scored as ``local_fit_score`` scores them."""
     from app.services import storage
+    from solver.autotune import CVWeights
 
     ids = np.arange(len(y_train)) if train_rows is None else np.asarray(train_rows)
     base = {k: v for k, v in params.items() if k != "random_state"}
+    weights = CVWeights(score=sample_weight, balanced=base.get("class_weight") is not None)
 
     def fit_score(point: dict[str, Any], tr: np.ndarray, va: np.ndarray) -> float:
-        cand = spark_job.fit({**base, **point}, seed, rows=ids[tr])
+        cand = spark_job.fit({**base, **point}, seed, rows=ids[tr],
+                             weight_feature=weight_feature)
         X_va, _ = storage.load_rows(spark_job.dataset_dir, ids[va])
-        return float(cand.score(X_va, y_train[va]))
+        if weight_feature is not None:
+            X_va = drop_feature(X_va, weight_feature)
+        return weights.fold_score(y_train[va], cand.predict(X_va), va)
 
     return fit_score
 

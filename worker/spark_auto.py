@@ -31,11 +31,16 @@ def has_auto(params: dict[str, Any]) -> bool:
 
 
 def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool,
-                should_stop: Callable[[], bool] = lambda: False) -> LazyRows:
+                should_stop: Callable[[], bool] = lambda: False,
+                weights: np.ndarray | None = None,
+                weight_feature: int | None = None) -> LazyRows:
     """The job's training rows (``train_rows``: ascending row ids, None for every row) as
-    :class:`LazyRows`: their statistics scanned from the stored file when first needed,
-    rows read on demand, both block by block with ``should_stop`` polled between blocks."""
+    :class:`LazyRows`: their statistics scanned from the stored file when first needed
+    (the variance weighted by the rows' ``weights``), rows read on demand, both block by
+    block with ``should_stop`` polled between blocks; ``weight_feature`` (a weight column)
+    is taken out of every block."""
     from app.services import storage
+    from worker.search import drop_feature
 
     ids = (np.arange(int(storage.read_meta(dataset_dir)["n_rows"])) if train_rows is None
            else np.asarray(train_rows))
@@ -46,27 +51,34 @@ def stored_rows(dataset_dir: Path, train_rows: np.ndarray | None, *, scale: bool
         for block in storage.iter_row_blocks(dataset_dir, row_ids, BLOCK_ROWS):
             if should_stop():
                 raise FitCancelled("cancelled while reading the training rows")
-            yield block
+            yield block if weight_feature is None else drop_feature(block, weight_feature)
 
     def read(positions: np.ndarray) -> Any:
         got = list(blocks(ids[positions]))
         return sp.vstack(got, format="csr") if sp.issparse(got[0]) else np.vstack(got)
 
-    return LazyRows(lambda: scan(lambda: blocks(train_rows), scale=scale), read)
+    return LazyRows(lambda: scan(lambda: blocks(train_rows), scale=scale, weights=weights),
+                    read)
 
 
 def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: np.ndarray,
            params: dict[str, Any], *, progress: Callable[[float, str], None],
-           should_stop: Callable[[], bool]) -> dict[str, Any] | None:
+           should_stop: Callable[[], bool], weight_feature: int | None = None,
+           sample_weight: np.ndarray | None = None) -> dict[str, Any] | None:
     """Run ``est``'s search on the job's training rows (``train_rows``: row ids, None for
     every row; ``y_train`` their labels) and put the chosen values of the "auto"
     parameters into ``params``; the search's record (``fit_info["auto"]`` without the final
     fit), None when there was nothing to search (gamma "auto" with the linear kernel is
-    unused)."""
+    unused). ``weight_feature``/``sample_weight``: the request's weight column (its stored
+    position, the training rows' values, none of them 0)."""
+    from solver.estimators import row_weights
+
     progress(0.0, "auto search: reading the training rows")
-    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale), should_stop=should_stop)
-    info = est.choose_auto(rows, y_train, progress=lambda f, m, _r: progress(f, m),
-                           should_stop=should_stop)
+    weights = row_weights(est, np.asarray(y_train), sample_weight)  # as the fit's
+    rows = stored_rows(dataset_dir, train_rows, scale=bool(est.scale), should_stop=should_stop,
+                       weights=weights, weight_feature=weight_feature)
+    info = est.choose_auto(rows, y_train, sample_weight,
+                           progress=lambda f, m, _r: progress(f, m), should_stop=should_stop)
     if info is not None:
         params.update({name: info["chosen"][name] for name in info["auto"]})
     return info

@@ -424,16 +424,19 @@ class SparkJob:
             raise
 
     def fit(self, params: dict[str, Any], seed: int | None, *, rows: Any = None,
-            progress: Callable[[float, str, dict], None] | None = None) -> Any:
+            progress: Callable[[float, str, dict], None] | None = None,
+            weight_feature: int | None = None) -> Any:
         """A fitted ``SODMClassifier(**params)`` (``random_state`` is ``seed``) on the
-        dataset, or on the row ids ``rows`` only (as the local backend fits ``X[rows]``)."""
+        dataset, or on the row ids ``rows`` only (as the local backend fits ``X[rows]``);
+        ``weight_feature``: the stored feature holding the rows' weights (``fit_spark``)."""
         from solver.spark import fit_spark
         from solver.spark.data import RowSubset
 
         subset = None if rows is None else RowSubset.of(rows, self._n_rows())
         with self._work():
             est = fit_spark(self.spark, self.dataset_dir.uri, params, seed=seed, rows=subset,
-                            progress=progress, should_stop=self.stopped)
+                            progress=progress, should_stop=self.stopped,
+                            weight_feature=weight_feature)
         if self.stopped():  # the stop came while the last Spark job finished
             raise FitCancelled("cancel requested", history=est.history_)
         return est
@@ -450,12 +453,13 @@ def train_on_spark(dataset_dir: Location | str | Path, params: dict[str, Any], s
                    settings: Any | None = None, session_id: str | None = None,
                    attempt: int = 1, rows: Any = None,
                    on_session: Callable[[str], None] | None = None,
-                   poll_seconds: float = 0.5) -> Any:
+                   poll_seconds: float = 0.5, weight_feature: int | None = None) -> Any:
     """One fit in a job of its own (:class:`SparkJob`): a fitted ``SODMClassifier``."""
     with SparkJob(dataset_dir, job_id, should_stop=should_stop, settings=settings,
                   session_id=session_id, attempt=attempt, on_session=on_session,
                   poll_seconds=poll_seconds) as job:
-        return job.fit(params, seed, rows=rows, progress=progress)
+        return job.fit(params, seed, rows=rows, progress=progress,
+                       weight_feature=weight_feature)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ from app.services import algorithms
 
 DEFAULT_ALGORITHM = "sodm"
 
+# a class weight: positive and finite
+ClassWeightValue = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
 TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
     "auto": {"summary": "Defaults: lam, gamma and theta chosen by cross-validation (\"auto\")",
              "value": {"dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21", "name": "churn"}},
@@ -75,6 +78,18 @@ class TrainRequestBase(StoredBody):
                              pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="model name (versions increase per name); default "
                              "<dataset name>-<algorithm>")
+    class_weight: Literal["balanced"] | dict[str, ClassWeightValue] | None = Field(
+        default=None, examples=["balanced", {"1": 20.0}],
+        description="weight of each class's rows in the loss: \"balanced\" (n_rows / "
+        "(n_classes * rows of the class), as scikit-learn) or {label: weight > 0} for "
+        "labels of the dataset as GET /datasets/{id} lists them (others weigh 1); the "
+        "model's CV scores (search, \"auto\") become balanced accuracy")
+    weight_column: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="a column of a CSV or Parquet dataset holding each row's weight "
+        "(finite, >= 0; 0 leaves the row out): it is taken out of the features, so the model "
+        "has one feature fewer and predictions are sent without it; a test_dataset_id needs "
+        "the same column")
 
     # set by each variant
     algorithm: str
@@ -85,8 +100,10 @@ class TrainRequestBase(StoredBody):
         return self.params.model_dump(mode="json", exclude_unset=True)
 
     def stored(self) -> dict[str, Any]:
-        """The request as the job records it (``params`` as sent, not filled in)."""
-        return {**self.model_dump(mode="json", exclude={"params"}),
+        """The request as the job records it (``params`` as sent, not filled in; the weight
+        fields only when given, so older requests keep their hash)."""
+        unset = {k for k in ("class_weight", "weight_column") if getattr(self, k) is None}
+        return {**self.model_dump(mode="json", exclude={"params", *unset}),
                 "params": self.param_values()}
 
 

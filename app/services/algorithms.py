@@ -39,6 +39,9 @@ BASELINES = ("cascade", "dip", "dc", "svrg")
 KERNELS = ("linear", "rbf", "poly")
 # Resolved at the request: ``random_state`` is the request's ``seed``.
 SEED_PARAM = "random_state"
+# Estimator parameters set from the request's own fields, not from ``params``: the seed, and
+# ``class_weight`` (a top-level field of ``POST /train`` next to ``weight_column``).
+REQUEST_PARAMS = (SEED_PARAM, "class_weight")
 
 
 class ParamType(StrEnum):

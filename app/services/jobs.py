@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -208,6 +209,7 @@ def check_for_data(body: TrainRequestBase, ds: Dataset) -> None:
     leaves a training row per class (at least two), and the parameters, each point of a
     search grid included, keep a polynomial kernel in range on these features
     (``app.services.algorithms.check_for_data``)."""
+    check_weights(body, ds)
     n_train, n_classes = training_rows(ds.n_rows, body), max(2, len(ds.classes or {}))
     if n_train < n_classes:
         msg = (f"test_fraction {body.test_fraction} leaves {n_train} of the dataset's "
@@ -227,6 +229,52 @@ def check_for_data(body: TrainRequestBase, ds: Dataset) -> None:
             raise ProblemError(422, "Invalid training parameters", detail=str(exc),
                                type="invalid-params",
                                errors=[{"field": field, "message": str(exc)}]) from exc
+
+
+def _weights_problem(field: str, msg: str, value: Any = None) -> ProblemError:
+    error: dict[str, Any] = {"field": field, "message": msg}
+    if value is not None:
+        error["value"] = value
+    return ProblemError(422, "Invalid training request", detail=msg, type="invalid-request",
+                        errors=[error])
+
+
+def check_weights(body: TrainRequestBase, ds: Dataset) -> None:
+    """``class_weight`` names labels of the dataset and ``weight_column`` a column of it (and
+    of the test dataset) whose values are finite, >= 0 and not all 0: 422 naming the label,
+    the column or the bad value."""
+    from app.services import storage
+
+    if isinstance(body.class_weight, dict):
+        labels = sorted(ds.classes or {})
+        for label in body.class_weight:
+            if label not in labels:
+                raise _weights_problem(
+                    "class_weight", f"class_weight names label {label!r}, which dataset "
+                    f"{ds.id} does not have (its labels: {', '.join(map(repr, labels))})",
+                    label)
+    column = body.weight_column
+    if column is None:
+        return
+    for field, dataset_id in (("weight_column", ds.id), ("test_dataset_id",
+                                                         body.test_dataset_id)):
+        if dataset_id is None:
+            continue
+        with storage.storage_errors():
+            j = storage.feature_index(storage.dataset_dir(dataset_id), column)
+            if j is None:
+                raise _weights_problem(field, f"dataset {dataset_id} has no column named "
+                                       f"{column!r} (weight_column needs a CSV or Parquet "
+                                       "dataset with that column)", column)
+            w = storage.load_feature(storage.dataset_dir(dataset_id), j)
+        bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+        if bad.size:
+            raise _weights_problem(field, f"column {column!r} of dataset {dataset_id} has "
+                                   f"the weight {float(w[bad[0]])!r} in row {int(bad[0])}; weights "
+                                   "must be finite and >= 0", column)
+        if field == "weight_column" and not np.any(w > 0):
+            raise _weights_problem(field, f"every weight in column {column!r} is zero",
+                                   column)
 
 
 def check_partitions(params: dict[str, Any], n_train: int) -> None:

@@ -324,6 +324,36 @@ def load_labels(directory: Location | Path | str) -> np.ndarray:
     return _labels(table, read_meta(directory))
 
 
+def feature_index(directory: Location | Path | str, column: str) -> int | None:
+    """The feature position of the named column (CSV header, Parquet schema), None when the
+    dataset has no such column (LIBSVM data has no names)."""
+    names = read_meta(directory).get("feature_names") or []
+    return names.index(column) if column in names else None
+
+
+def load_feature(directory: Location | Path | str, j: int) -> np.ndarray:
+    """Feature ``j`` of every row (``row_id`` order) as float64, reading only its column
+    from a dense file, and a sparse file's index and value lists batch by batch (bounded
+    memory: the API checks a weight column with it)."""
+    directory = as_location(directory)
+    meta = read_meta(directory)
+    if meta["layout"] == "sparse":
+        out = np.zeros(int(meta["n_rows"]))
+        pf = parquet_file(directory)
+        for b in pf.iter_batches(batch_size=65_536, columns=["row_id", "indices", "values"]):
+            idx, val = b.column("indices"), b.column("values")
+            lengths = np.diff(idx.offsets.to_numpy())
+            flat = idx.flatten().to_numpy()
+            hit = flat == j
+            rows = np.repeat(b.column("row_id").to_numpy(), lengths)[hit]
+            out[rows] = val.flatten().to_numpy()[hit]
+        return out
+    table = _read_table(directory, ["row_id", f"f{j}"])
+    row_id = table.column("row_id").to_numpy()
+    col = np.asarray(table.column(f"f{j}").to_numpy(), dtype=np.float64)
+    return col[np.argsort(row_id, kind="stable")]
+
+
 def load_rows(directory: Location | Path | str, row_ids: np.ndarray
               ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
     """:func:`load_dataset` of the rows ``row_ids`` only (streamed, in ``row_id`` order)."""

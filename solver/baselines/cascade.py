@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.formulation import ODMParams
+from solver.formulation import ODMParams, check_weights, default_scale
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.levels import level_record
@@ -32,8 +32,10 @@ def cascade_solve(X, y, kernel: Kernel, params: ODMParams, finest, levels: int, 
                   max_iter: int = 1000, cache_size: float = 512.0, seed: int = 0,
                   sv_tol: float = 0.0, X_val=None, y_val=None,
                   progress: Callable | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> SODMResult:
-    """Binary-tree cascade from the finest partition ids (``0..2**levels-1``)."""
+                  should_stop: Callable[[], bool] | None = None,
+                  sample_weight: np.ndarray | None = None) -> SODMResult:
+    """Binary-tree cascade from the finest partition ids (``0..2**levels-1``); with
+    ``sample_weight`` a problem's ``m_scale`` is its rows' weight sum."""
     M = X.shape[0]
     alpha = np.zeros((M, 2))
     res = SODMResult(alpha=alpha, partitions=np.asarray(finest))
@@ -48,7 +50,8 @@ def cascade_solve(X, y, kernel: Kernel, params: ODMParams, finest, levels: int, 
             t0 = time.perf_counter()
             ids = level_ids(finest, 2, levels, lvl)
             full_groups = partition_members(ids, 2 ** lvl)
-            scales = [float(g.size) for g in full_groups]
+            scales = [float(default_scale(g.size, None if sample_weight is None
+                                          else sample_weight[g])) for g in full_groups]
             groups = [g[alive[g]] for g in full_groups]
             row_scale = np.asarray(scales)[ids]
             if prev_scale is not None and warm_start == "rescale":
@@ -56,7 +59,8 @@ def cascade_solve(X, y, kernel: Kernel, params: ODMParams, finest, levels: int, 
             outs = solve_groups(pool, X, y, kernel, params, alpha, groups, level=lvl,
                                   seed=seed, tol=tol, max_iter=max_iter,
                                   cache_size=cache_size, shrinking=True,
-                                  check_warm_start=False, m_scales=scales)
+                                  check_warm_start=False, m_scales=scales,
+                                  sample_weight=sample_weight)
             prev_scale = row_scale
             rec = level_record(lvl, [o.summary() for o in outs], time.perf_counter() - t0,
                           time.perf_counter() - t_start)
@@ -81,14 +85,16 @@ def ca_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 3,
            warm_start: str = "rescale", n_jobs: int | None = 1, tol: float = 1e-3,
            max_iter: int = 1000, cache_size: float = 512.0, random_state=None,
            X_val=None, y_val=None, progress: Callable | None = None,
-           should_stop: Callable[[], bool] | None = None) -> SODMResult:
+           should_stop: Callable[[], bool] | None = None,
+           sample_weight: np.ndarray | None = None) -> SODMResult:
     """Cascade ODM over ``2**levels`` random balanced partitions; ``y`` in {-1, +1}."""
     params.validate()
     X, y = check_Xy(X, y)
+    sample_weight = check_weights(sample_weight, X.shape[0])
     seed = 0 if random_state is None else int(random_state)
     M = X.shape[0]
     finest = deal_partitions(np.zeros(M, dtype=np.int64), row_keys(seed, M), 2 ** int(levels))
     return cascade_solve(X, y, kernel, params, finest, int(levels), warm_start=warm_start,
                          n_jobs=n_jobs, tol=tol, max_iter=max_iter, cache_size=cache_size,
                          seed=seed, X_val=X_val, y_val=y_val, progress=progress,
-                         should_stop=should_stop)
+                         should_stop=should_stop, sample_weight=sample_weight)

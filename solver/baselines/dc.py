@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from solver.formulation import ODMParams
+from solver.formulation import ODMParams, check_weights
 from solver.inputs import check_Xy
 from solver.kernels import Kernel, kernel_matrix
 from solver.landmarks import assign_strata, landmark_candidates, select_landmarks
@@ -76,10 +76,13 @@ def dc_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 2, fanout: 
            sample_size: int = 2000, warm_start: str = "rescale", n_jobs: int | None = 1,
            tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
            random_state=None, X_val=None, y_val=None, progress: Callable | None = None,
-           should_stop: Callable[[], bool] | None = None) -> SODMResult:
-    """DC-ODM (see the module docstring); ``y`` in {-1, +1}."""
+           should_stop: Callable[[], bool] | None = None,
+           sample_weight: np.ndarray | None = None) -> SODMResult:
+    """DC-ODM (see the module docstring); ``y`` in {-1, +1}; with ``sample_weight`` a
+    cluster's size is its rows' weight sum."""
     params.validate()
     X, y = check_Xy(X, y)
+    sample_weight = check_weights(sample_weight, X.shape[0])
     seed = 0 if random_state is None else int(random_state)
     M = X.shape[0]
     alpha = np.zeros((M, 2))
@@ -100,13 +103,14 @@ def dc_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 2, fanout: 
                 ids = np.zeros(M, dtype=np.int64)
             n_groups = int(ids.max()) + 1
             groups = partition_members(ids, n_groups)
-            sizes = np.bincount(ids, minlength=n_groups)[ids].astype(np.float64)
+            sizes = np.bincount(ids, weights=sample_weight,
+                                minlength=n_groups)[ids].astype(np.float64)
             if prev is not None and warm_start == "rescale":
                 alpha *= (prev / sizes)[:, None]
             outs = solve_groups(pool, X, y, kernel, params, alpha, groups, level=lvl,
                                   seed=seed, tol=tol, max_iter=max_iter,
                                   cache_size=cache_size, shrinking=True,
-                                  check_warm_start=False)
+                                  check_warm_start=False, sample_weight=sample_weight)
             prev = sizes
             rec = level_record(lvl, [o.summary() for o in outs], time.perf_counter() - t0,
                           time.perf_counter() - t_start)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from sklearn.cluster import KMeans
 
 from solver.baselines.cascade import cascade_solve
-from solver.formulation import ODMParams
+from solver.formulation import ODMParams, check_weights
 from solver.inputs import check_Xy
 from solver.kernels import Kernel
 from solver.partition import deal_partitions, row_keys
@@ -27,10 +28,12 @@ def dip_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 3,
             n_clusters: int = 20, warm_start: str = "rescale", n_jobs: int | None = 1,
             tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
             random_state=None, X_val=None, y_val=None, progress: Callable | None = None,
-            should_stop: Callable[[], bool] | None = None) -> SODMResult:
+            should_stop: Callable[[], bool] | None = None,
+            sample_weight: np.ndarray | None = None) -> SODMResult:
     """DiP-ODM over ``2**levels`` k-means-stratified partitions; ``y`` in {-1, +1}."""
     params.validate()
     X, y = check_Xy(X, y)
+    sample_weight = check_weights(sample_weight, X.shape[0])
     seed = 0 if random_state is None else int(random_state)
     M = X.shape[0]
     k = max(1, min(int(n_clusters), M))
@@ -39,6 +42,6 @@ def dip_odm(X, y, kernel: Kernel, params: ODMParams, *, levels: int = 3,
     res = cascade_solve(X, y, kernel, params, finest, int(levels), warm_start=warm_start,
                         n_jobs=n_jobs, tol=tol, max_iter=max_iter, cache_size=cache_size,
                         seed=seed, X_val=X_val, y_val=y_val, progress=progress,
-                        should_stop=should_stop)
+                        should_stop=should_stop, sample_weight=sample_weight)
     res.strata = clusters
     return res

@@ -54,10 +54,20 @@ class DataInfo:
     fit_intercept: bool = True
     feature_cols: list[str] = field(default_factory=list)
     n_rows: int | None = None  # meta.json's row count (the summary pass checks it)
+    # the rows' weight column (``class_weight``), carried with the features; None: unweighted
+    weight_col: str | None = None
+    weight_total: float | None = None  # the weights' sum over the training rows
 
     @property
     def input_cols(self) -> list[str]:
-        return list(self.feature_cols) if self.layout == "dense" else ["indices", "values"]
+        cols = list(self.feature_cols) if self.layout == "dense" else ["indices", "values"]
+        return cols + ([self.weight_col] if self.weight_col else [])
+
+    def weights(self, pdf: pd.DataFrame) -> np.ndarray | None:
+        """The batch's row weights (None when unweighted)."""
+        if not self.weight_col:
+            return None
+        return pdf[self.weight_col].to_numpy(dtype=np.float64)
 
 
 def ddl_fields(df: Any, exclude: tuple[str, ...] = ()) -> list[str]:
@@ -227,6 +237,7 @@ class Summary:
     hi: np.ndarray
     mean: np.ndarray
     m2: np.ndarray
+    wsum: float = 0.0  # the rows' weights' sum (``n`` when unweighted)
     # raw rows (``row_id`` + the input columns) of the landmark candidate sample, when asked
     candidates: pd.DataFrame | None = None
 
@@ -236,20 +247,29 @@ class Summary:
         scale`` (the estimator's ``gamma='scale'`` on the scaled data), from the per-feature
         moments: ``sum_j [M2_j s_j^2 + n (mu'_j - mu')^2] / (n d)`` with ``mu'_j`` the scaled
         feature means and ``mu'`` their average; equal to ``np.var`` of the scaled matrix up
-        to rounding."""
+        to rounding. With row weights ``n`` is their sum and the moments are weighted
+        (``solver.training.weighted_variance``)."""
         d = self.mean.shape[0]
-        if self.n == 0 or d == 0:
+        n = float(self.wsum or self.n)
+        if self.n == 0 or d == 0 or n <= 0:
             return 0.0
         mu, m2 = self.mean, self.m2
         if scale_min is not None and scale is not None:
             mu, m2 = (mu - scale_min) * scale, m2 * scale * scale
         overall = float(mu.mean())
-        return float((m2.sum() + self.n * float(((mu - overall) ** 2).sum())) / (self.n * d))
+        return float((m2.sum() + n * float(((mu - overall) ** 2).sum())) / (n * d))
 
 
-def batch_moments(X) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-feature min, max, mean and centred sum of squares of one batch."""
+def batch_moments(X, w: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-feature min, max, mean and centred sum of squares of one batch (the mean and sum
+    of squares weighted by the rows' ``w`` when given)."""
     n = X.shape[0]
+    if w is not None:
+        Xd = X.toarray() if sp.issparse(X) else X
+        total = float(w.sum())
+        mean = (w @ Xd) / total if total > 0 else np.zeros(Xd.shape[1])
+        return (Xd.min(axis=0), Xd.max(axis=0), mean, w @ ((Xd - mean) ** 2))
     if not sp.issparse(X):
         mean = X.mean(axis=0)
         return X.min(axis=0), X.max(axis=0), mean, ((X - mean) ** 2).sum(axis=0)
@@ -288,8 +308,10 @@ def summarize(df: Any, info: DataInfo, sample: tuple[int, int] | None = None) ->
                 continue
             labels = pdf["label"]
             X = batch_X(pdf, info)
-            lo, hi, mean, m2 = batch_moments(X)
-            row = {"n": [X.shape[0]], "missing": [bool(labels.isna().any())],
+            w = info.weights(pdf)
+            lo, hi, mean, m2 = batch_moments(X, w)
+            row = {"n": [X.shape[0]], "w": [float(X.shape[0] if w is None else w.sum())],
+                   "missing": [bool(labels.isna().any())],
                    "labels": [labels.dropna().unique().tolist()],
                    "lo": [np.asarray(lo, np.float64)], "hi": [np.asarray(hi, np.float64)],
                    "mean": [np.asarray(mean, np.float64)], "m2": [np.asarray(m2, np.float64)]}
@@ -304,7 +326,8 @@ def summarize(df: Any, info: DataInfo, sample: tuple[int, int] | None = None) ->
                     row["cand_val"] = [list(pdf["values"].to_numpy()[keep])]
             yield pd.DataFrame(row)
 
-    schema = (f"n long, missing boolean, labels array<{label_type}>, lo array<double>, "
+    schema = (f"n long, w double, missing boolean, labels array<{label_type}>, "
+              "lo array<double>, "
               "hi array<double>, mean array<double>, m2 array<double>")
     if take:
         schema += (", cand_ids array<long>, cand_x array<array<double>>" if dense else
@@ -342,19 +365,21 @@ def merge_partials(rows: list[dict], d: int) -> Summary:
         raise ValueError("the dataset has no rows")
     if any(r["missing"] for r in rows):
         raise ValueError("the dataset has missing labels")
-    n, mean, m2 = 0, np.zeros(d), np.zeros(d)
+    n, wsum, mean, m2 = 0, 0.0, np.zeros(d), np.zeros(d)
     for r in rows:
-        nb = int(r["n"])
+        nb, wb = int(r["n"]), float(r.get("w", r["n"]))
         mb = np.asarray(r["mean"], dtype=np.float64).reshape(d)
         delta = mb - mean
-        tot = n + nb
-        mean = mean + delta * (nb / tot)
-        m2 = m2 + np.asarray(r["m2"], dtype=np.float64).reshape(d) + delta * delta * (n * nb / tot)
-        n = tot
+        tot = wsum + wb
+        if tot > 0:
+            mean = mean + delta * (wb / tot)
+            m2 = m2 + np.asarray(r["m2"], dtype=np.float64).reshape(d) \
+                + delta * delta * (wsum * wb / tot)
+        n, wsum = n + nb, tot
 
     def stack(key: str) -> np.ndarray:
         return np.vstack([np.asarray(r[key], dtype=np.float64).reshape(1, d) for r in rows])
 
     classes = np.asarray(sorted({v for r in rows for v in r["labels"]}))
     return Summary(n=n, classes=classes, lo=stack("lo").min(axis=0), hi=stack("hi").max(axis=0),
-                   mean=mean, m2=m2)
+                   mean=mean, m2=m2, wsum=wsum)

@@ -28,6 +28,7 @@ from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
 from solver.spark.data import (
     RowSubset,
     batch_X,
+    ddl_fields,
     load_frame,
     model_space,
     select_rows,
@@ -74,11 +75,16 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
               seed: int | None,
               rows: RowSubset | None = None,
               progress: Callable[[float, str, dict], None] | None = None,
-              should_stop: Callable[[], bool] | None = None) -> Any:
+              should_stop: Callable[[], bool] | None = None,
+              weight_feature: int | None = None) -> Any:
     """Fit ``SODMClassifier(**params, random_state=seed)`` on ``dataset_dir`` (a local
     directory or a store URI: ``solver.spark.data.load_frame``) with Spark:
     on every row, or on ``rows`` only, as the local backend fits ``X[ids]``. More than two
-    classes: one-vs-rest, one binary problem (its own Spark jobs) per class in turn."""
+    classes: one-vs-rest, one binary problem (its own Spark jobs) per class in turn.
+    ``weight_feature``: the stored feature that holds the rows' weights (a request's
+    ``weight_column``), taken out of the features as the local backend takes it; rows of
+    weight 0 are left out (give ``rows`` without them to number the rest as the local fit
+    does)."""
     from solver.estimators import SODMClassifier, build_fitted
     from solver.preprocessing import MinMaxScaler
 
@@ -89,12 +95,18 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
     seed_int = seed_for(seed)
     _set_runtime_confs(spark)
     df, info = _load_rows(spark, dataset_dir, rows)
+    if weight_feature is not None:
+        df = _with_weight_feature(df, info, int(weight_feature))
+    if est.class_weight is not None:
+        df = _with_class_weights(df, info, est.class_weight)
     n_cand = DEFAULT_LANDMARK_CANDIDATES if est.landmark_candidates is None \
         else int(est.landmark_candidates)
     # one pass: labels, rows, min / max, moments and the landmark candidates' raw rows
     summary = summarize(df, info, sample=(seed_int, n_cand))
     classes = _checked_classes(summary.classes)
     n = summary.n
+    if info.weight_col:
+        info.weight_total = float(summary.wsum)
     scaler = MinMaxScaler.from_range(summary.lo, summary.hi) if est.scale else None
     if scaler is not None:
         info.scaler_min, info.scaler_scale = scaler.min_, scaler.scale_
@@ -117,10 +129,81 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
                      n_features=info.n_features, sparse_input=info.layout == "sparse",
                      n_problems=len(solutions), seed=seed_int, n_iter=n_iter,
                      seconds=time.perf_counter() - t0, backend="spark")
+    if info.weight_col:
+        info_["weights"] = _weights_record(df, info, est.class_weight)
     return build_fitted(est, classes=classes, n_features_in=info.n_features,
                         scaler_min=None if scaler is None else scaler.min_,
                         scaler_scale=None if scaler is None else scaler.scale_,
                         gamma=gamma, history=history, fit_info=info_, **state)
+
+
+WEIGHT_COL = "_weight"
+WEIGHT_FEATURE_COL = "_weight_feature"
+
+
+def _with_weight_feature(df: Any, info: Any, j: int) -> Any:
+    """``df`` with stored feature ``j`` as the rows' weight column (recorded in ``info``)
+    instead of a feature, and without the rows of weight 0. Dense: the column ``f<j>``;
+    sparse: the entries of index ``j`` moved to a column ``WEIGHT_FEATURE_COL`` and the
+    higher indices shifted down by one."""
+    F, _ = sql(df)
+    if info.layout == "dense":
+        name = info.feature_cols.pop(j)
+    else:
+        name = WEIGHT_FEATURE_COL
+
+        def split_out(batches):
+            for pdf in batches:
+                idx, val, w = [], [], np.zeros(len(pdf))
+                for r, (ii, vv) in enumerate(zip(pdf["indices"], pdf["values"],
+                                                 strict=True)):
+                    ii, vv = np.asarray(ii, dtype=np.int64), np.asarray(vv, np.float64)
+                    hit = ii == j
+                    w[r] = float(vv[hit].sum())
+                    idx.append(np.where(ii[~hit] > j, ii[~hit] - 1, ii[~hit]))
+                    val.append(vv[~hit])
+                pdf = pdf.copy()
+                pdf["indices"], pdf["values"], pdf[name] = idx, val, w
+                yield pdf
+
+        schema = ", ".join(ddl_fields(df) + [f"`{name}` double"])
+        df = df.mapInPandas(split_out, schema)
+    info.n_features -= 1
+    info.weight_col = name
+    return df.filter(F.col(name) > F.lit(0.0))
+
+
+def _weights_record(df: Any, info: Any, class_weight: Any) -> dict[str, Any]:
+    """``fit_info["weights"]`` as the local fit writes it (one job: sum, min, max)."""
+    F, _ = sql(df)
+    r = df.agg(F.sum(info.weight_col).alias("s"), F.min(info.weight_col).alias("lo"),
+               F.max(info.weight_col).alias("hi")).collect()[0]
+    return {"class_weight": jsonable(class_weight), "sum": float(r["s"]),
+            "min": float(r["lo"]), "max": float(r["hi"])}
+
+
+def _with_class_weights(df: Any, info: Any, class_weight: Any) -> Any:
+    """``df`` with each row's class weight (times its weight column, if it has one) in
+    column ``WEIGHT_COL`` (the classes' counts: one job), recorded in ``info``."""
+    from solver.estimators import class_weight_table
+
+    F, _ = sql(df)
+    counted = sorted((r["label"], int(r["count"]))
+                     for r in df.groupBy("label").count().collect() if r["label"] is not None)
+    classes = np.asarray([c for c, _ in counted])
+    counts = np.asarray([k for _, k in counted], dtype=np.float64)
+    table = class_weight_table(class_weight, classes, counts)
+    expr = None
+    for c, w in zip(classes, table, strict=True):
+        cond = F.col("label") == F.lit(plain(c))
+        expr = F.when(cond, F.lit(float(w))) if expr is None \
+            else expr.when(cond, F.lit(float(w)))
+    expr = expr.otherwise(F.lit(1.0))
+    if info.weight_col:
+        expr = expr * F.col(info.weight_col)
+    df = df.withColumn(WEIGHT_COL, expr)
+    info.weight_col = WEIGHT_COL
+    return df
 
 
 def _load_rows(spark: Any, dataset_dir: str | Path, rows: RowSubset | None
@@ -234,8 +317,8 @@ def _support_rows(run: Any, info: Any, n: int) -> pd.DataFrame:
     state = run.state
     F, _ = sql(state)
     if run.last_level > 0:
-        # solver.estimators.average_local_duals: alpha_i * m_k / M
-        factor = F.col("msize") / F.lit(float(n))
+        # solver.estimators.average_local_duals: alpha_i * m_k / M (weight sums if weighted)
+        factor = F.col("msize") / F.lit(float(info.weight_total or n))
         state = state.withColumn("zeta", F.col("zeta") * factor) \
             .withColumn("beta", F.col("beta") * factor)
     svs = (state.filter(F.col("zeta") + F.col("beta") > F.lit(0.0))

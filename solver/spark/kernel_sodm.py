@@ -195,16 +195,17 @@ def _make_solver(info: DataInfo, kernel: Any, params: Any, *, seed: int, level: 
         m = len(pdf)
         Z = model_space(batch_X(pdf, info), info)
         y = pdf["y"].to_numpy(dtype=np.float64)
+        w = info.weights(pdf)
         alpha0 = np.column_stack([pdf["zeta"].to_numpy(dtype=np.float64),
                                   pdf["beta"].to_numpy(dtype=np.float64)])
-        sizes = np.full(m, float(m))
+        sizes = np.full(m, float(m) if w is None else float(w.sum()))
         if rescale:
             alpha0 = alpha0 * rescale_factors(pdf["msize"].to_numpy(dtype=np.float64),
                                               sizes)[:, None]
-        out = solve_partition(Z, y, kernel, params, alpha0, m_scale=float(m), tol=tol,
+        out = solve_partition(Z, y, kernel, params, alpha0, m_scale=float(sizes[0]), tol=tol,
                               max_iter=max_iter, cache_size=cache_size,
                               seed=local_seed(seed, level, k), shrinking=shrinking,
-                              check_warm_start=check)
+                              check_warm_start=check, sample_weight=w)
         res = pdf[data_cols].copy()
         res["zeta"] = out.alpha[:, 0]
         res["beta"] = out.alpha[:, 1]

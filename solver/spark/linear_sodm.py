@@ -42,6 +42,7 @@ class LinearRun:
 
 
 def _unpack(pdf_row: pd.Series, d: int, sparse: bool):
+    """A packed partition's ``(X, y)`` (its normalized weights are ``pdf_row["sw"]``)."""
     y = np.asarray(pdf_row["y"], dtype=np.float64)
     if sparse:
         X = sp.csr_matrix((np.asarray(pdf_row["data"], dtype=np.float64),
@@ -52,9 +53,11 @@ def _unpack(pdf_row: pd.Series, d: int, sparse: bool):
     return X, y
 
 
-def _pack(parts: Any, info: DataInfo) -> tuple[Any, int]:
+def _pack(parts: Any, info: DataInfo, M: int) -> tuple[Any, int]:
     """One row per partition: ``part, row_id[], y[], data[], indices[], indptr[]`` (CSR or
-    row-major dense), rows in row-id order."""
+    row-major dense), rows in row-id order, and ``sw[]``: the rows' weights normalized to
+    mean 1 over all ``M`` rows (``solver.dsvrg.normalized_weights``; ones unweighted)."""
+    scale = None if not info.weight_col else float(M) / float(info.weight_total or M)
 
     def pack(pdf: pd.DataFrame) -> pd.DataFrame:
         pdf = pdf.sort_values("row_id", kind="stable")
@@ -65,13 +68,15 @@ def _pack(parts: Any, info: DataInfo) -> tuple[Any, int]:
         else:
             data = np.ascontiguousarray(Z).ravel()
             indices, indptr = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        w = info.weights(pdf)
+        sw = np.ones(len(pdf)) if w is None else w * scale
         return pd.DataFrame({"part": [int(pdf["part"].iloc[0])],
                              "row_id": [pdf["row_id"].to_numpy(np.int64)],
                              "y": [pdf["y"].to_numpy(np.float64)], "data": [data],
-                             "indices": [indices], "indptr": [indptr]})
+                             "indices": [indices], "indptr": [indptr], "sw": [sw]})
 
     schema = ("part long, row_id array<long>, y array<double>, data array<double>, "
-              "indices array<long>, indptr array<long>")
+              "indices array<long>, indptr array<long>, sw array<double>")
     packed = parts.groupBy("part").applyInPandas(pack, schema).localCheckpoint(eager=True)
     d = info.n_features + (1 if info.fit_intercept else 0)
     return packed, d
@@ -89,10 +94,11 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
         for pdf in batches:
             for _, row in pdf.iterrows():
                 X, y = _unpack(row, d, sparse)
+                sw = np.asarray(row["sw"], dtype=np.float64)
                 g = y * np.asarray(X @ w).ravel()
-                c = instance_coefficients(g, y, params)
+                c = instance_coefficients(g, y, params, sw)
                 h = np.asarray(X.T @ c).ravel()
-                loss = margin_loss(g, params)
+                loss = margin_loss(g, params, sw)
                 yield pd.DataFrame({"part": [int(row["part"])], "h": [h], "loss": [loss]})
 
     rows = packed.mapInPandas(part_grad, "part long, h array<double>, loss double").collect()
@@ -137,15 +143,18 @@ def _step_size(packed: Any, params: Any, d: int, sparse: bool, step_size: float 
                     X, _ = _unpack(row, d, sparse)
                     sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sparse \
                         else np.einsum("ij,ij->i", X, X)
+                    sq = sq * np.asarray(row["sw"], dtype=np.float64)
                     if sq.size:
                         i = int(np.argmax(sq))
                         xi = X[i].toarray().ravel() if sparse else X[i]
-                        yield pd.DataFrame({"sq": [float(sq[i])], "x": [xi]})
+                        yield pd.DataFrame({"sq": [float(sq[i])], "x": [xi],
+                                            "sw": [float(row["sw"][i])]})
 
-        top = max(packed.mapInPandas(max_row, "sq double, x array<double>").collect(),
-                  key=lambda r: r["sq"])
-        # lipschitz_constant of the row with the largest norm = the local L_max
-        eta = 0.5 / lipschitz_constant(np.asarray([top["x"]], dtype=np.float64), params)
+        top = max(packed.mapInPandas(max_row, "sq double, x array<double>, sw double")
+                  .collect(), key=lambda r: r["sq"])
+        # lipschitz_constant of the row with the largest (weighted) norm = the local L_max
+        eta = 0.5 / lipschitz_constant(np.asarray([top["x"]], dtype=np.float64), params,
+                                       np.asarray([top["sw"]], dtype=np.float64))
     else:
         eta = float(step_size)
     if not 0 < eta < 1:
@@ -181,18 +190,20 @@ class _Inner:
             for pdf in batches:
                 for _, row in pdf.iterrows():
                     X, y = _unpack(row, d, sparse)
+                    sw = np.asarray(row["sw"], dtype=np.float64)
                     order = np.random.default_rng(
                         np.random.SeedSequence([seed, e, j])).permutation(y.size)
                     xu = np.asarray(X @ u, dtype=np.float64).ravel()
-                    cw = instance_coefficients(y * np.asarray(X @ w_tilde).ravel(), y, params)
+                    cw = instance_coefficients(y * np.asarray(X @ w_tilde).ravel(), y, params,
+                                               sw)
                     vv = v.copy()
                     o = np.ascontiguousarray(order, dtype=np.int64)
                     if sparse:
-                        s2 = inner_csr(o, X.indptr, X.indices, X.data, y, xu, cw, vv,
-                                       s, eta, slam, th, ups)
+                        s2 = inner_csr(o, X.indptr, X.indices, X.data, y, sw, xu,
+                                       cw, vv, s, eta, slam, th, ups)
                     else:
-                        s2 = inner_dense(o, np.ascontiguousarray(X), y, xu, cw, vv, s,
-                                         eta, slam, th, ups)
+                        s2 = inner_dense(o, np.ascontiguousarray(X), y, sw, xu, cw,
+                                         vv, s, eta, slam, th, ups)
                     yield pd.DataFrame({"v": [vv], "s": [float(s2)]})
 
         out = self.packed.filter(F.col("part") == F.lit(j)) \
@@ -235,7 +246,7 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
     K = min(K, M)
     sparse = info.layout == "sparse"
     parts, strata = _partitions(base, info, M, K, S, seed, landmark_candidates, candidates)
-    packed, d = _pack(parts, info)
+    packed, d = _pack(parts, info, M)
     if strata is not None:
         strata.unpersist()
     eta = _step_size(packed, params, d, sparse, step_size)

@@ -40,7 +40,8 @@ OPERATION_IDS = {
 # ------------------------------------------------------------------- specs (no stack)
 def test_specs_cover_every_estimator_parameter():
     for name, alg in algorithms.ALGORITHMS.items():
-        est_params = set(alg.estimator().get_params(deep=False)) - {"random_state"}
+        est_params = set(alg.estimator().get_params(deep=False)) - set(
+            algorithms.REQUEST_PARAMS)
         assert {s.name for s in alg.params} == est_params, name
         for spec in alg.params:  # the defaults are the estimator's (lam / gamma / theta:
             # the service's "auto") and pass their own spec

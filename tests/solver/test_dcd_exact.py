@@ -14,7 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from solver import newton_kernel as nwt
 from solver.dcd_kernel import kernel_kkt_violation, solve_kernel_dual
-from solver.formulation import ODMParams, dual_objective, slacks_from_alpha
+from solver.formulation import ODMParams, diag_vectors, dual_objective, slacks_from_alpha
 from solver.kernel_columns import ColumnStore
 from solver.kernels import Kernel, kernel_matrix
 
@@ -348,7 +348,7 @@ def _schedule_with_face(m: int, face: int, lam: float):
     X, y = _data(m=m, n=4, seed=2)
     store = ColumnStore(X, Kernel("rbf", gamma=5.0), 8.0 * (1 << 20))
     params = ODMParams(lam=lam, theta=0.5)
-    dz, db = params.diag_terms(m)
+    dz, db = diag_vectors(params, m, m)
     sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
     f = y.copy()  # margins 1: inside the band
     f[:face] = 0.0  # margins 0: outside it, on the predicted face
@@ -481,7 +481,7 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
                                   newton=False)
     m = len(y)
     K = kernel_matrix(kernel, X)
-    dz, db = params.diag_terms(m)
+    dz, db = diag_vectors(params, m, m)
     outcomes = set()
     for budget in (2, 5, 20, 60):
         alpha = start.alpha.copy()

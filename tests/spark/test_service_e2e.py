@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import psutil
 import pytest
 
@@ -249,6 +250,30 @@ def test_auto_parameters_on_spark_give_the_local_model(sclient, spark_worker, he
         [r["mean_accuracy"] for r in la["cv_table"]]
     assert sa["final_fit_cpu_seconds"] >= 0 and "within_budget" in sa
     assert {k: model["params"][k] for k in ("lam", "gamma", "theta")} == la["chosen"]
+
+
+def test_weights_on_spark_give_the_local_model(sclient, spark_worker, datasets_dir):
+    """weight_column (a CSV column) and class_weight, with lam "auto": Spark takes the
+    column out of the features, leaves out the rows of weight 0, weights its search and its
+    fit as the local backend does, and fits the local model."""
+    from tests.service.jobs_helpers import HEART_NAMES
+    from tests.service.test_weights import _csv, _upload
+
+    X, y = load_libsvm(datasets_dir, "heart_scale", 13)
+    w = np.random.default_rng(0).integers(0, 4, size=len(y)).astype(float)
+    ds = _upload(sclient, "heart-w.csv", _csv(X, y, w))
+    body = {"dataset_id": ds, "params": {**SPARK_PARAMS, "lam": "auto"}, "seed": SEED,
+            "test_fraction": 0.25, "weight_column": "w", "class_weight": "balanced"}
+    done, local = _both_backends(sclient, body)
+    model = assert_same_model(sclient, done, local, X)
+    ml = sclient.get(f"/models/{local['model_id']}").json()
+    assert model["feature_names"] == ml["feature_names"] == HEART_NAMES
+    assert model["fit_info"]["n_train"] == ml["fit_info"]["n_train"] < 202
+    sa, la = model["fit_info"]["auto"], ml["fit_info"]["auto"]
+    assert sa["cv_score"] == la["cv_score"] == "balanced_accuracy"
+    assert sa["chosen"] == pytest.approx(la["chosen"], rel=1e-9)
+    assert model["fit_info"]["weights"]["sum"] == pytest.approx(
+        ml["fit_info"]["weights"]["sum"], rel=1e-12)
 
 
 def test_multiclass_on_connect(sclient, spark_worker, three, datasets_dir):

@@ -39,6 +39,15 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
 
 
+def fit_both(params: dict, dataset: Path, settings, name: str
+             ) -> tuple[SODMClassifier, SODMClassifier, np.ndarray, np.ndarray]:
+    """The local backend's model and Spark's for the same request: ``(local, spark, X, y)``."""
+    X, y = _stored(dataset)
+    local = local_fit(params, SEED, X, y)
+    est = train_on_spark(dataset, params, SEED, None, None, name, settings=settings)
+    return local, est, X, y
+
+
 @pytest.fixture(scope="module")
 def local_kernel_model(spark_dataset: Path) -> SODMClassifier:
     X, y = _stored(spark_dataset)
@@ -90,10 +99,7 @@ def test_landmarks_from_a_candidate_sample_match_the_local_backend(
     # selects in the driver (one job); partitions, model and decision values match the local
     # backend, and differ from the all-rows selection (so the sample is really used)
     params = {**KERNEL_PARAMS, "landmark_candidates": 150}
-    X, y = _stored(spark_dataset)
-    local = local_fit(params, SEED, X, y)
-    est = train_on_spark(spark_dataset, params, SEED, None, None, "train-candidates",
-                         settings=local_settings)
+    local, est, X, y = fit_both(params, spark_dataset, local_settings, "train-candidates")
     f_local = local.decision_function(X)
     assert _rel_diff(f_local, est.decision_function(X)) <= 1e-6
     np.testing.assert_array_equal(est.support_, local.support_)
