@@ -366,6 +366,10 @@ def parse_cells(rows: list[Any], n_features: int) -> Matrix:
                               "model's feature count)", f"instances[{i}]")
                 items.append((j, _number(v, f"instances[{i}][{k!r}]")))
             items.sort()
+            for (j, _), (j2, _) in zip(items, items[1:], strict=False):
+                if j == j2:  # "1" and "01": one feature twice (a CSR sums duplicates)
+                    raise bad(f"instances[{i}]: feature index {j} is given twice",
+                              f"instances[{i}]")
             for j, f in items:
                 indices.append(j)
                 data.append(f)

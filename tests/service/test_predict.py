@@ -87,6 +87,9 @@ def test_bad_bodies(client, heart_model):
              "feature index 13")
     _problem(client.post("/predict", json={"model_id": mid, "instances": [{"x": 1.0}]}), 422,
              "not a 0-based")
+    # one index written twice: its values were summed into one feature (issue 36)
+    _problem(client.post("/predict", json={"model_id": mid, "instances": [
+        {"0": 1.0, "3": 0.5, "00": 2.0}]}), 422, "feature index 0 is given twice")
     _problem(client.post("/predict", json={"model_id": mid, "instances": [{"1": "2"}]}), 422,
              "not a number")
     _problem(client.post("/predict", json={"model_id": mid, "instances": ["1 2 3"]}), 422,
