@@ -248,8 +248,7 @@ def _child_main(req: IngestRequest, env: dict[str, str]) -> None:
     stop = threading.Event()
     with bound(dataset_id=req.dataset_id):
         try:
-            upload.add_owner()
-            if not datasets.take_over(req.dataset_id):
+            if not upload.add_owner() or not datasets.take_over(req.dataset_id):
                 return  # deleted while it waited for this child
             threading.Thread(target=_heartbeat, args=(req, upload, stop), daemon=True,
                              name="sodm-ingest-heartbeat").start()

@@ -71,10 +71,15 @@ class UploadDir:
             upload.add_owner()
         return upload
 
-    def add_owner(self) -> None:
-        """Record this process as an owner (the parsing child, on top of its API process)."""
-        with open(self.path / OWNERS, "a") as fh:
-            fh.write(process_owner.me().token + "\n")
+    def add_owner(self) -> bool:
+        """Record this process as an owner (the parsing child, on top of its API process);
+        False when the directory is gone (the dataset was deleted before the child ran)."""
+        try:
+            with open(self.path / OWNERS, "a") as fh:
+                fh.write(process_owner.me().token + "\n")
+        except FileNotFoundError:
+            return False
+        return True
 
     def owners(self) -> list[str]:
         try:

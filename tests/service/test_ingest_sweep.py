@@ -164,3 +164,13 @@ def test_sweep_rows_fails_the_dead_owners_parses_and_removes_their_files(
     assert not dirs[0].exists() and not half.exists() and dirs[1].is_dir()
     _forget(stuck, live)
     datasets.remove_files(live)
+
+
+def test_a_parse_child_of_a_deleted_upload_stops_quietly(upload) -> None:
+    """DELETE may remove the upload directory before its parse child starts: the child's
+    ``add_owner`` says so (False) instead of raising, and the child returns."""
+    u = upload(["someone"])
+    assert u.add_owner() is True
+    assert u.owners() == ["someone", process_owner.me().token]
+    u.remove()
+    assert u.add_owner() is False and not u.path.exists()
