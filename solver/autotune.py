@@ -23,6 +23,15 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
    steps, while the budget lasts.
 
+**Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
+each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
+with the same gamma, theta and rows (the smaller lam on a tie), scaled by the ratio of the
+pair step's diagonals (:func:`_rescaled_dual`). The start depends only on the order of the
+search, so the choice stays the same on any machine; the optimum is the same, the work to
+reach it smaller (issue 34, docs/auto-params.md "Levers for issue 34"). ``cv_tol``,
+``refine_min_gain`` and ``lam_cost_slope`` are the other levers measured there, off by
+default.
+
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
@@ -118,7 +127,7 @@ class SearchSettings:
     budget_floor_seconds: float = 10.0
     max_rows: int | None = 200_000
     cv_tol: float | None = None
-    warm_lam: bool = False
+    warm_lam: bool = True
     refine_min_gain: float = 0.0
     lam_cost_slope: float = 0.0
 

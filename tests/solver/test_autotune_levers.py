@@ -44,7 +44,7 @@ def test_the_rebuilt_dual_restarts_a_fit_at_its_optimum():
 
 
 def test_warm_lam_starts_from_the_nearest_lam_and_is_repeatable():
-    """With ``warm_lam`` every candidate after the first lam of a (gamma, theta, rows)
+    """With ``warm_lam`` (the default) every candidate after the first lam of a (gamma, theta, rows)
     starts from a scored neighbour's duals: fewer epochs over the table, the same table
     twice (the order of the search decides the starts, not the clock)."""
     epochs: dict[bool, list[int]] = {True: [], False: []}
@@ -62,7 +62,7 @@ def test_warm_lam_starts_from_the_nearest_lam_and_is_repeatable():
             return est
         return make
 
-    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, warm_lam=False)
     cold = run(s, maker(False))
     warm = run(SearchSettings(**{**s.__dict__, "warm_lam": True}), maker(True))
     again = run(SearchSettings(**{**s.__dict__, "warm_lam": True}))
