@@ -436,9 +436,11 @@ class _Search:
     def candidate_seconds(self, p: _Point, rows: int) -> float:
         """Predicted CPU seconds of scoring candidate ``p`` on ``rows`` rows: the rows'
         :meth:`cv_seconds`, weighted up for large lam (``lam_cost_slope`` per decade over
-        10^3; kernels only) where the Newton step factors larger faces."""
+        10^3; kernels only) where the Newton step factors larger faces. Not where the
+        budget is its floor: a small search keeps the candidates it always had."""
         base = self.cv_seconds(rows)
-        if self.s.lam_cost_slope <= 0 or self.cost is LINEAR_COST:
+        if (self.s.lam_cost_slope <= 0 or self.cost is LINEAR_COST
+                or self.budget <= self.s.budget_floor_seconds):
             return base
         return base * (1.0 + self.s.lam_cost_slope * max(0.0, p.log_lam - 3.0))
 

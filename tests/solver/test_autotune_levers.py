@@ -105,15 +105,19 @@ def test_refine_min_gain_stops_at_the_plateau():
 
 
 def test_lam_cost_slope_weights_large_lam_predictions():
-    """The predicted cost of a candidate at lam 10^6 is ``1 + 3 slope`` times its rows'
-    cost (three decades over 10^3); below 10^3 it is the rows' cost."""
-    base = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0)
+    """Above the budget's floor, the predicted cost of a candidate at lam 10^6 is
+    ``1 + 3 slope`` times its rows' cost (three decades over 10^3); below 10^3, or with
+    the budget at its floor, it is the rows' cost."""
+    base = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=0)
+    slope = SearchSettings(**{**base.__dict__, "lam_cost_slope": 1.0})
     fixed = {"lam": 1e6, "gamma": 10.0}
     plain = run(base, auto=("theta",), fixed=fixed)
-    weighted = run(SearchSettings(**{**base.__dict__, "lam_cost_slope": 1.0}),
-                   auto=("theta",), fixed=fixed)
+    weighted = run(slope, auto=("theta",), fixed=fixed)
     assert len(plain.table) == len(weighted.table)
     assert np.isclose(weighted.predicted_cpu_seconds, 4.0 * plain.predicted_cpu_seconds)
-    small = run(SearchSettings(**{**base.__dict__, "lam_cost_slope": 1.0}),
-                auto=("theta",), fixed={"lam": 100.0, "gamma": 10.0})
+    small = run(slope, auto=("theta",), fixed={"lam": 100.0, "gamma": 10.0})
     assert np.isclose(small.predicted_cpu_seconds, plain.predicted_cpu_seconds)
+    floor = SearchSettings(**{**slope.__dict__, "budget_floor_seconds": 1e6,
+                              "budget_factor": 0.0})
+    at_floor = run(floor, auto=("theta",), fixed=fixed)
+    assert np.isclose(at_floor.predicted_cpu_seconds, plain.predicted_cpu_seconds)
