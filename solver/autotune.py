@@ -28,9 +28,13 @@ each CV fit starts from the duals of the same fold's fit at the nearest lam alre
 with the same gamma, theta and rows (the smaller lam on a tie), scaled by the ratio of the
 pair step's diagonals (:func:`_rescaled_dual`). The start depends only on the order of the
 search, so the choice stays the same on any machine; the optimum is the same, the work to
-reach it smaller (issue 34, docs/auto-params.md "Levers for issue 34"). ``cv_tol``,
-``refine_min_gain`` and ``lam_cost_slope`` are the other levers measured there, off by
-default.
+reach it smaller (issue 34, docs/auto-params.md "Levers for issue 34").
+
+**Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
+above its floor, a kernel candidate's predicted cost is multiplied by ``1 + slope (log10 lam
+- 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of rows
+alone does not see), so the budget buys fewer of the slowest fits. ``cv_tol`` and
+``refine_min_gain`` are levers measured beside these, off by default.
 
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
@@ -129,7 +133,7 @@ class SearchSettings:
     cv_tol: float | None = None
     warm_lam: bool = True
     refine_min_gain: float = 0.0
-    lam_cost_slope: float = 0.0
+    lam_cost_slope: float = 0.5
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it

@@ -105,10 +105,11 @@ def test_refine_min_gain_stops_at_the_plateau():
 
 
 def test_lam_cost_slope_weights_large_lam_predictions():
-    """Above the budget's floor, the predicted cost of a candidate at lam 10^6 is
-    ``1 + 3 slope`` times its rows' cost (three decades over 10^3); below 10^3, or with
-    the budget at its floor, it is the rows' cost."""
-    base = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=0)
+    """(On by default at 0.5.) Above the budget's floor, the predicted cost of a candidate
+    at lam 10^6 is ``1 + 3 slope`` times its rows' cost (three decades over 10^3); below
+    10^3, or with the budget at its floor, it is the rows' cost."""
+    base = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=0,
+                          lam_cost_slope=0.0)
     slope = SearchSettings(**{**base.__dict__, "lam_cost_slope": 1.0})
     fixed = {"lam": 1e6, "gamma": 10.0}
     plain = run(base, auto=("theta",), fixed=fixed)
