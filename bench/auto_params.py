@@ -76,7 +76,25 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "row_bound": info["row_bound"], "rungs": info["rungs"],
             "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
-            "final_levels": levels}
+            "final_levels": levels, "search_work": _search_work(info)}
+
+
+def _search_work(info: dict[str, Any]) -> dict[str, Any]:
+    """The search's counted work (the same on any machine): CV evaluations per stage, the
+    faces its Newton steps factored and their Cholesky work ``sum(s^3) / 3``."""
+    faces = [s for row in info["cv_table"] for fold in row["faces"] for s in fold]
+    stages: dict[str, int] = {}
+    for row in info["cv_table"]:
+        stages[row["stage"]] = stages.get(row["stage"], 0) + 1
+    return {"evaluations": stages, "faces": len(faces),
+            "factor_work": float(sum(float(s) ** 3 for s in faces) / 3.0),
+            "refine_cpu_s": float(sum(r["cpu_seconds"] for r in info["cv_table"]
+                                      if r["stage"] == "refine")),
+            "candidates": [{"lam": r["lam"], "gamma_mult": r["gamma_mult"],
+                            "theta": r["theta"], "rows": r["rows"], "stage": r["stage"],
+                            "accuracy": r["mean_accuracy"], "cpu_s": r["cpu_seconds"],
+                            "faces": sum(len(f) for f in r["faces"])}
+                           for r in info["cv_table"]]}
 
 
 def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
@@ -171,6 +189,24 @@ def _seed_summary(rows: list[dict[str, Any]], names: list[str]) -> str:
     return "\n".join(out)
 
 
+def _override_settings(pairs: list[str]) -> Any:
+    """Replace fields of ``solver.autotune.DEFAULT_SETTINGS`` (``KEY=VALUE``, values parsed
+    as Python literals) for this process; returns the settings in force."""
+    import ast
+    import dataclasses
+
+    from solver import autotune
+
+    changes = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in {f.name for f in dataclasses.fields(autotune.SearchSettings)}:
+            raise SystemExit(f"--settings: no SearchSettings field {key!r}")
+        changes[key] = ast.literal_eval(value)
+    autotune.DEFAULT_SETTINGS = dataclasses.replace(autotune.DEFAULT_SETTINGS, **changes)
+    return autotune.DEFAULT_SETTINGS
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -179,23 +215,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="seeds to repeat every dataset with (splits, CV subsamples)")
     ap.add_argument("--out", help="write the JSON record here")
+    ap.add_argument("--settings", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="A/B runs: replace these fields of the search's default "
+                         "SearchSettings in this process (e.g. cv_tol=0.01)")
     args = ap.parse_args(argv)
+    settings = _override_settings(args.settings)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    import dataclasses
     import os
 
     print(f"# command: python -m bench.auto_params {' '.join(argv or sys.argv[1:])}")
     print(f"# started {started}; {platform.node()} nproc={os.cpu_count()} "
           f"load={os.getloadavg()[0]:.1f}; accuracy on "
           f"{'validation rows from the training split' if args.design else 'the test split'}")
+    print(f"# search settings: {settings}")
     print(HEADER, flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    work: list[str] = []
     for name in args.datasets:
         for seed in args.seeds:
             r = run_dataset(name, args.design, seed)
             rows.append(r)
             print(_fmt(r), flush=True)
+            w = r["auto_odm"]["search_work"]
+            work.append(f"- {r['dataset']}: evaluations {w['evaluations']}, refinement "
+                        f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "
+                        f"(work {w['factor_work']:.3g}); final fit " + "; ".join(
+                            f"level {lv['level']}: {lv['n_iter']} epochs, "
+                            f"{lv['factorizations']} factorizations"
+                            for lv in r["auto_odm"]["final_levels"]))
     if len(args.seeds) > 1:
         print("\n" + _seed_summary(rows, args.datasets))
+    print("\ncounted work (the same on any machine):\n" + "\n".join(work))
     met = sum(r["target_met"] for r in rows)
     print(f"\nwithin {TARGET_POINTS} points of the CV-tuned SVC: {met}/{len(rows)}; "
           f"auto search within its budget: "
@@ -205,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                   "started": started, "finished":
                   time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                   "machine": {"node": platform.node(), "nproc": os.cpu_count()},
+                  "search_settings": dataclasses.asdict(settings),
                   "results": rows}
         with open(args.out, "w") as fh:
             json.dump(record, fh, indent=1)

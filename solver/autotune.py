@@ -23,6 +23,19 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
    steps, while the budget lasts.
 
+**Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
+each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
+with the same gamma, theta and rows (the smaller lam on a tie), scaled by the ratio of the
+pair step's diagonals (:func:`_rescaled_dual`). The start depends only on the order of the
+search, so the choice stays the same on any machine; the optimum is the same, the work to
+reach it smaller (issue 34, docs/auto-params.md "Levers for issue 34").
+
+**Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
+above its floor, a kernel candidate's predicted cost is multiplied by ``1 + slope (log10 lam
+- 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of rows
+alone does not see), so the budget buys fewer of the slowest fits. ``cv_tol`` and
+``refine_min_gain`` are levers measured beside these, off by default.
+
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
@@ -140,6 +153,15 @@ class SearchSettings:
     budget_factor: float = 3.0
     budget_floor_seconds: float = 10.0
     max_rows: int | None = 200_000
+    cv_tol: float | None = None
+    warm_lam: bool = True
+    refine_min_gain: float = 0.0
+    lam_cost_slope: float = 0.5
+
+
+# what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
+# in its own process for A/B runs)
+DEFAULT_SETTINGS = SearchSettings()
 
 
 @dataclass(frozen=True, order=True)
@@ -222,6 +244,31 @@ def factored_faces(est) -> list[int]:
     return [int(f) for rec in est.history_ for f in rec.get("faces_factored", ())]
 
 
+def _full_dual(est, y_idx: np.ndarray) -> np.ndarray:
+    """The ``(m, 2)`` dual ``[zeta, beta]`` of a fitted binary kernel ``ODMClassifier``,
+    rebuilt from its support vectors' coefficients ``y (zeta - beta)`` (one of the pair is
+    zero at the solver's every step)."""
+    alpha = np.zeros((len(y_idx), 2))
+    sign = np.where(y_idx[est.support_] == 1, 1.0, -1.0)
+    d = sign * est.dual_coef_[0]
+    alpha[est.support_, 0] = np.maximum(d, 0.0)
+    alpha[est.support_, 1] = np.maximum(-d, 0.0)
+    return alpha
+
+
+def _rescaled_dual(alpha: np.ndarray, old: _Point, new: _Point, m: int,
+                   upsilon: float) -> np.ndarray:
+    """``alpha`` (the duals at ``old``'s lam) scaled towards ``new``'s lam as a pair's
+    closed-form step scales with its diagonal: ``(1 + d_old) / (1 + d_new)``, ``d`` the
+    zeta (``m c upsilon``) or beta (``m c``) diagonal term of each lam, unit kernel
+    diagonal (so about ``lam_new / lam_old`` where ``d`` dominates, 1 at large lam)."""
+    def diag(p: _Point) -> np.ndarray:
+        c = (1.0 - p.theta) ** 2 / (10.0 ** p.log_lam * upsilon)
+        return np.array([m * c * upsilon, m * c])
+
+    return alpha * ((1.0 + diag(old)) / (1.0 + diag(new)))
+
+
 def _mean_width(X) -> float:
     """Mean nonzeros per row (sparse or dense)."""
     n = max(1, X.shape[0])
@@ -282,6 +329,9 @@ class _Search:
         self.y_idx = y_idx
         self.cost = LINEAR_COST if linear else KERNEL_COST
         self.problems = 1 if len(classes) <= 2 else len(classes)
+        # warm starts along the lam path: binary kernel problems (the duals of each fold)
+        self.warm = settings.warm_lam and not linear and self.problems == 1
+        self.duals: dict[tuple[_Point, int, int], np.ndarray] = {}
         lazy = isinstance(Xs, LazyRows)
         self.width = Xs.stats.width if lazy else _mean_width(Xs)
         n = float(len(y))
@@ -332,6 +382,14 @@ class _Search:
         return {"lam": 10.0 ** p.log_lam, "gamma": self.gamma_scale * 10.0 ** p.log_gamma_mult,
                 "theta": p.theta}
 
+    def fit_values(self, p: _Point) -> dict[str, float]:
+        """What ``make`` gets for a CV fit: the candidate's values, plus ``tol`` when the
+        settings loosen the CV fits' tolerance (``cv_tol``)."""
+        vals = self.values(p)
+        if self.s.cv_tol is not None:
+            vals["tol"] = float(self.s.cv_tol)
+        return vals
+
     @staticmethod
     def preference(sc: _Score) -> tuple:
         """Sort key: best accuracy, then smaller lam, smaller gamma, theta nearer 0.5."""
@@ -356,13 +414,17 @@ class _Search:
             return self.scores[key]
         from sklearn.exceptions import ConvergenceWarning
 
-        self.predicted += self.cv_seconds(rows)
+        self.predicted += self.candidate_seconds(p, rows)
         t0 = time.process_time()
         accs, faces = [], []
-        for tr, va in self.splits(rows):
+        start = self.warm_source(p, rows)
+        for f, (tr, va) in enumerate(self.splits(rows)):
             if self.should_stop is not None and self.should_stop():
                 raise FitCancelled("cancelled during the hyperparameter search")
-            est = self.make(self.values(p))
+            est = self.make(self.fit_values(p))
+            if start is not None:
+                est._dual_start = _rescaled_dual(self.duals[(start, rows, f)], start, p,
+                                                 len(tr), getattr(est, "upsilon", 1.0))
             with warnings.catch_warnings():
                 # a candidate that stops at max_iter is scored as it stands (its accuracy
                 # says what it is worth); one warning per CV fit would drown the log
@@ -371,11 +433,25 @@ class _Search:
                 est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop, **kw)
             accs.append(self.weights.fold_score(self.y[va], est.predict(self.rows(va)), va))
             faces.append(factored_faces(est))
+            if self.warm:
+                self.duals[(p, rows, f)] = _full_dual(est, self.y_idx[tr])
         sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
                     time.process_time() - t0, faces)
         self.scores[key] = sc
         self.table.append(sc)
         return sc
+
+    def warm_source(self, p: _Point, rows: int) -> _Point | None:
+        """The scored candidate whose duals start ``p``'s folds (``warm_lam``): the same
+        gamma, theta and rows, the nearest lam (the smaller on a tie); None if none."""
+        if not self.warm:
+            return None
+        near = [q for (q, m, f) in self.duals if m == rows and f == 0
+                and q.log_gamma_mult == p.log_gamma_mult and q.theta == p.theta
+                and q.log_lam != p.log_lam]
+        if not near:
+            return None
+        return min(near, key=lambda q: (abs(q.log_lam - p.log_lam), q.log_lam))
 
     # ------------------------------------------------------------------------- budget
     def fit_seconds(self, rows: float) -> float:
@@ -385,6 +461,17 @@ class _Search:
         """Predicted CPU seconds of scoring one candidate on ``rows`` rows (k fits)."""
         k = self.s.folds
         return k * self.fit_seconds(rows * (k - 1) / k)
+
+    def candidate_seconds(self, p: _Point, rows: int) -> float:
+        """Predicted CPU seconds of scoring candidate ``p`` on ``rows`` rows: the rows'
+        :meth:`cv_seconds`, weighted up for large lam (``lam_cost_slope`` per decade over
+        10^3; kernels only) where the Newton step factors larger faces. Not where the
+        budget is its floor: a small search keeps the candidates it always had."""
+        base = self.cv_seconds(rows)
+        if (self.s.lam_cost_slope <= 0 or self.cost is LINEAR_COST
+                or self.budget <= self.s.budget_floor_seconds):
+            return base
+        return base * (1.0 + self.s.lam_cost_slope * max(0.0, p.log_lam - 3.0))
 
     def left(self) -> float:
         return self.budget - self.predicted
@@ -472,6 +559,16 @@ class _Search:
                     out.append(q)
         return out
 
+    def moves(self, sc: _Score, best: _Score) -> bool:
+        """Whether the refinement moves from ``best`` to the neighbour ``sc``: preferred
+        and either at least ``refine_min_gain`` more accurate, or as accurate with a smaller
+        lam (the plateau stop: gains below the folds' resolution do not buy more steps)."""
+        if self.preference(sc) >= self.preference(best):
+            return False
+        gain = sc.mean_accuracy - best.mean_accuracy
+        return gain >= self.s.refine_min_gain or (
+            gain >= 0 and sc.point.log_lam < best.point.log_lam)
+
     def _refine(self, best: _Score, rows: int) -> tuple[_Score, str]:
         step, tstep = self.s.log_step, self.s.theta_step
         for _ in range(self.s.refine_rounds):
@@ -481,11 +578,11 @@ class _Search:
                 for q in self._neighbours(best.point, step, tstep):
                     if (q, rows) in self.scores:
                         continue
-                    if self.cv_seconds(rows) > self.left():
+                    if self.candidate_seconds(q, rows) > self.left():
                         return best, "budget"
                     sc = self.score(q, rows, "refine")
                     self._report(f"auto search: refining on {rows} rows")
-                    if self.preference(sc) < self.preference(best):
+                    if self.moves(sc, best):
                         best = sc
                         improved = True
                         break
@@ -517,7 +614,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     than two rows of some class per fold there is nothing to cross-validate and the
     estimator's documented defaults are returned (``stop_reason`` says so).
     """
-    s = settings or SearchSettings()
+    s = settings or DEFAULT_SETTINGS
     auto = tuple(a for a in AUTO_PARAMS if a in auto)
     y = np.asarray(y)
     t0 = time.perf_counter()

@@ -619,7 +619,9 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         base["kernel"], base["scale"], base["random_state"] = self.kernel, False, seed
 
         def make(values: dict[str, float]) -> ODMClassifier:
-            return ODMClassifier(**base, **values)
+            # a CV tolerance (``values["tol"]``) never tightens the estimator's own
+            tol = max(float(base["tol"]), float(values.get("tol", 0.0)))
+            return ODMClassifier(**{**base, **values, "tol": tol})
 
         fixed = {k: float(own[k]) for k in ("lam", "theta") if k not in auto}
         fixed["gamma"] = float(gamma_scale if own.get("gamma") in ("scale", "auto", None)
@@ -873,7 +875,11 @@ class ODMClassifier(ODMBase):
         else:
             from solver.dcd_kernel import solve_kernel_dual
 
+            # the search's warm start along its lam path (solver.autotune), binary only
+            start = getattr(self, "_dual_start", None)
             res = solve_kernel_dual(Z, y, kernel, params, tol=float(self.tol),
+                                    alpha0=start if start is not None
+                                    and start.shape == (Z.shape[0], 2) else None,
                                     max_iter=int(self.max_iter),
                                     cache_size=float(self.cache_size),
                                     shrinking=bool(self.shrinking), random_state=seed,

@@ -1,0 +1,124 @@
+"""The search's cost levers of issue 34 (``solver.autotune.SearchSettings``): a looser CV
+tolerance, warm starts along the lam path, the refinement's plateau stop and the lam weight
+of the predicted cost. Each is off or on by its setting; these tests check that each does
+what it says, not what it saves (that is measured by ``bench.auto_params``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solver import ODMClassifier
+from solver.autotune import SearchSettings, _full_dual, search
+
+
+def checkerboard(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, 2))
+    y = ((np.floor(4 * X[:, 0]) + np.floor(4 * X[:, 1])) % 2).astype(int)
+    return X, y
+
+
+def run(settings: SearchSettings, make=None, auto=("lam", "gamma"), fixed=None):
+    X, y = checkerboard(900, 3)
+    make = make or (lambda v: ODMClassifier(scale=False, random_state=0, **v))
+    return search(make, X, y, linear=False, gamma_scale=1.0,
+                  fixed=fixed if fixed is not None else {"theta": 0.2}, auto=auto, seed=0,
+                  settings=settings)
+
+
+def test_the_rebuilt_dual_restarts_a_fit_at_its_optimum():
+    """``_full_dual`` rebuilds the whole dual from the support vectors: a fit started from
+    it (``_dual_start``) is already at the optimum, converges in one epoch and keeps the
+    same support and predictions."""
+    X, y = checkerboard(600, 1)
+    cold = ODMClassifier(lam=1e3, gamma=20.0, scale=False, random_state=0).fit(X, y)
+    alpha = _full_dual(cold, np.unique(y, return_inverse=True)[1])
+    assert alpha.shape == (600, 2) and (alpha >= 0).all()
+    assert ((alpha[:, 0] > 0) & (alpha[:, 1] > 0)).sum() == 0
+    warm = ODMClassifier(lam=1e3, gamma=20.0, scale=False, random_state=0)
+    warm._dual_start = alpha
+    warm.fit(X, y)
+    assert warm.n_iter_[0] == 1 < cold.n_iter_[0]
+    assert np.array_equal(warm.support_, cold.support_)
+    assert np.array_equal(warm.predict(X), cold.predict(X))
+
+
+def test_warm_lam_starts_from_the_nearest_lam_and_is_repeatable():
+    """With ``warm_lam`` (the default) every candidate after the first lam of a (gamma, theta, rows)
+    starts from a scored neighbour's duals: fewer epochs over the table, the same table
+    twice (the order of the search decides the starts, not the clock)."""
+    epochs: dict[bool, list[int]] = {True: [], False: []}
+
+    def maker(warm: bool):
+        def make(v):
+            est = ODMClassifier(scale=False, random_state=0, **v)
+            fit = est.fit
+
+            def counted(*a, **k):
+                out = fit(*a, **k)
+                epochs[warm].append(int(est.n_iter_[0]))
+                return out
+            est.fit = counted
+            return est
+        return make
+
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, warm_lam=False)
+    cold = run(s, maker(False))
+    warm = run(SearchSettings(**{**s.__dict__, "warm_lam": True}), maker(True))
+    again = run(SearchSettings(**{**s.__dict__, "warm_lam": True}))
+    assert len(epochs[True]) == len(epochs[False]) == 3 * len(cold.table)
+    assert sum(epochs[True]) < sum(epochs[False])
+    assert [(r["lam"], r["gamma"], r["mean_accuracy"]) for r in warm.table] == \
+        [(r["lam"], r["gamma"], r["mean_accuracy"]) for r in again.table]
+    assert (warm.lam, warm.gamma) == (again.lam, again.gamma)
+
+
+def test_cv_tol_reaches_the_cv_fits():
+    """``cv_tol`` is passed to ``make`` as ``tol`` (the estimators' own ``make`` keeps the
+    looser of it and the estimator's ``tol``); without it ``make`` gets no ``tol``."""
+    seen: list[float] = []
+
+    def make(v):
+        seen.append(v.get("tol", -1.0))
+        return ODMClassifier(scale=False, random_state=0, **v)
+
+    run(SearchSettings(cv_tol=0.02, refine_rounds=0), make, auto=("lam",),
+        fixed={"gamma": 10.0, "theta": 0.2})
+    assert seen and set(seen) == {0.02}
+    seen.clear()
+    run(SearchSettings(refine_rounds=0), make, auto=("lam",),
+        fixed={"gamma": 10.0, "theta": 0.2})
+    assert set(seen) == {-1.0}
+
+
+def test_refine_min_gain_stops_at_the_plateau():
+    """With a gain no neighbour can reach, the refinement only moves to an equally
+    accurate smaller lam: the choice is as accurate as the best point of the last rung."""
+    res = run(SearchSettings(budget_floor_seconds=1e6, refine_min_gain=1.0))
+    rows = res.rows
+    last = [r for r in res.table if r["rows"] == rows and r["stage"] != "refine"]
+    best = max(r["mean_accuracy"] for r in last)
+    chosen = [r for r in res.table if r["rows"] == rows and r["lam"] == res.lam
+              and r["gamma"] == res.gamma]
+    assert chosen and chosen[0]["mean_accuracy"] == best
+    assert any(r["stage"] == "refine" for r in res.table)
+
+
+def test_lam_cost_slope_weights_large_lam_predictions():
+    """(On by default at 0.5.) Above the budget's floor, the predicted cost of a candidate
+    at lam 10^6 is ``1 + 3 slope`` times its rows' cost (three decades over 10^3); below
+    10^3, or with the budget at its floor, it is the rows' cost."""
+    base = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=0,
+                          lam_cost_slope=0.0)
+    slope = SearchSettings(**{**base.__dict__, "lam_cost_slope": 1.0})
+    fixed = {"lam": 1e6, "gamma": 10.0}
+    plain = run(base, auto=("theta",), fixed=fixed)
+    weighted = run(slope, auto=("theta",), fixed=fixed)
+    assert len(plain.table) == len(weighted.table)
+    assert np.isclose(weighted.predicted_cpu_seconds, 4.0 * plain.predicted_cpu_seconds)
+    small = run(slope, auto=("theta",), fixed={"lam": 100.0, "gamma": 10.0})
+    assert np.isclose(small.predicted_cpu_seconds, plain.predicted_cpu_seconds)
+    floor = SearchSettings(**{**slope.__dict__, "budget_floor_seconds": 1e6,
+                              "budget_factor": 0.0})
+    at_floor = run(floor, auto=("theta",), fixed=fixed)
+    assert np.isclose(at_floor.predicted_cpu_seconds, plain.predicted_cpu_seconds)
