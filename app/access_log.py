@@ -43,9 +43,9 @@ def _timestamp() -> str:
     return f"{_second[1]}.{int((now - sec) * 1e6):06d}Z"
 
 
-def render(fmt: str, fields: dict[str, Any]) -> str:
-    """One access line: ``fields`` plus the bound context, as the other lines look."""
-    values = {**get_contextvars(), **fields}
+def render(fmt: str, values: dict[str, Any]) -> str:
+    """One access line of ``values`` (the request's fields and the bound context), as the
+    other lines look."""
     ts = _timestamp()
     if fmt == "json":
         return orjson.dumps({**values, "event": "request", "level": "info",
@@ -60,10 +60,11 @@ def emit(fmt: str, **fields: Any) -> None:
     for ``sodm.access``; the record's message is the rendered line."""
     if not _logger.isEnabledFor(logging.INFO):
         return
-    record = logging.LogRecord(LOGGER, logging.INFO, __file__, 0, render(fmt, fields),
+    values = {**get_contextvars(), **fields}
+    record = logging.LogRecord(LOGGER, logging.INFO, __file__, 0, render(fmt, values),
                                None, None)
     record.sodm_rendered = True
-    record.sodm_fields = {**get_contextvars(), **fields}  # for readers (tests, filters)
+    record.sodm_fields = values  # for readers of records (tests, filters)
     _logger.handle(record)
 
 
