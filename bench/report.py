@@ -572,7 +572,7 @@ def render(results: dict, img: Path, rel: str, notes: Path = NOTES) -> str:
             f"- Machine: {mach.get('label', 'this machine')}: `nproc` = {mach['nproc']}, CPU "
             f"`{mach['cpu_model']}`, {mach['ram_gb']} GB RAM; Python {mach['python']}, numpy "
             f"{mach['numpy']}, scikit-learn {mach['scikit_learn']}, numba {mach['numba']}.",
-            f"- Code: commit `{(mach.get('commit') or '?')[:12]}`"
+            f"- Code: measured at `{(mach.get('commit') or '?')[:12]}`"
             + (" with uncommitted changes" if mach.get("dirty") else "") + ".",
             f"- Command: `{results['command']}` — started {results.get('started', '?')}, "
             f"finished {results.get('finished') or '(not finished)'}, "
@@ -584,9 +584,9 @@ def render(results: dict, img: Path, rel: str, notes: Path = NOTES) -> str:
                if max((mach.get("load_avg_start") or [0])[:1] + (mach.get("load_avg_end")
                                                                  or [0])[:1]) > 1.5 else "")
             + ".", ""]
-    out += ["## Protocol", ""] + protocol_lines(results)
-    if notes.exists():
+    if notes.exists():  # the findings lead, right after the command that measured them
         out += [notes.read_text().rstrip(), ""]
+    out += ["## Protocol", ""] + protocol_lines(results)
     out += ["## Targets (issue 19)", ""] + targets(results)
     out += ["## Results per dataset", ""]
     png = _plot_datasets(results, img)
