@@ -52,7 +52,7 @@ def test_failed_job_problem_leaks_nothing(client, api_server, tenant, datasets_d
         "Traceback (most recent call last):\n"
         '  File "/opt/venv/lib/python3.12/site-packages/pyspark/worker.py", line 1247, in main\n'
         "    process()\n"
-        '  File "/work/solver/spark/kernel_sodm.py", line 88, in _fit_partition\n'
+        '  File "/srv/sodm/solver/spark/kernel_sodm.py", line 88, in _fit_partition\n'
         "ValueError: partition 3 of /data/sodm/datasets/x/data.parquet has one class\n"
         "\tat org.apache.spark.api.python.BasePythonRunner(PythonRunner.scala:572)\n")
     with db.begin() as conn:
