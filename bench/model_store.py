@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         from migrations import upgrade_head
 
         upgrade_head(url)
-        from app.db import session_scope
-        from app.services import model_store
-        from app.services.apikeys import create_key
+        from app.core.db import session_scope
+        from app.services.model_registry import model_store
+        from app.services.tenancy.apikeys import create_key
         from solver.model_io import loads
         from tests.service.model_rows import dataset_row, register_model
 

@@ -75,9 +75,9 @@ url, data_dir, model_file, n_sv = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[
 os.environ.update(DATABASE_URL=url, SODM_DATA_DIR=str(data_dir))
 from migrations import upgrade_head
 upgrade_head(url)
-from app.db import session_scope
-from app.models import Dataset, Job, Model, new_id
-from app.services.apikeys import create_key
+from app.core.db import session_scope
+from app.core.orm import Dataset, Job, Model, new_id
+from app.services.tenancy.apikeys import create_key
 rel = "models/bench.sodm"
 (data_dir / "models").mkdir(parents=True, exist_ok=True)
 shutil.copyfile(model_file, data_dir / rel)
@@ -118,7 +118,7 @@ with session_scope() as s:
               classes=[-1, 1], n_support_vectors=int(n_sv), file_sha256=sha, **stored)
     s.add(m); s.flush()
     if not stored:
-        from app.models import ModelBlob
+        from app.core.orm import ModelBlob
         s.add(ModelBlob(model_id=m.id, data=(data_dir / rel).read_bytes())); s.flush()
     job.model_id = m.id
     print(json.dumps({"key": key, "model_id": m.id}))
@@ -408,8 +408,8 @@ def bench_tree(name: str, tree: Path, workers: int, args: argparse.Namespace, es
         raise RuntimeError(f"registering the model in {tree} failed:\n{out.stderr}")
     reg = json.loads(out.stdout.strip().splitlines()[-1])
     server = Server(tree, env, workers, workdir / f"api-{name}.log", as_run=args.as_run)
-    if not workers:  # the command's default: one per core (app.cores)
-        from app.cores import default_api_workers
+    if not workers:  # the command's default: one per core (app.core.cores)
+        from app.core.cores import default_api_workers
 
         workers = default_api_workers()
     res: dict[str, Any] = {"tree": os.path.relpath(tree, REPO), "workers": workers,

@@ -30,8 +30,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.db import session_scope
-from app.models import Job, JobKind, JobState, Model
+from app.core.db import session_scope
+from app.core.orm import Job, JobKind, JobState, Model
 from worker import metrics
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ def _log_model(client: Any, run_id: str, job: Job, model: Model) -> None:
 def _onnx(model: Model) -> Any:
     import onnx
 
-    from app.services import model_store
+    from app.services.model_registry import model_store
     from solver.export import to_onnx_bytes
 
     est = model_store.load(model.id, model.file_sha256)

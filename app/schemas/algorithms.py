@@ -1,4 +1,4 @@
-"""Response body of ``GET /algorithms`` (built from ``app.services.algorithms``' specs)."""
+"""Response body of ``GET /algorithms`` (built from ``app.services.job_queue.algorithm_specs``' specs)."""
 
 from __future__ import annotations
 

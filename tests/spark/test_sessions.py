@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from worker.spark_backend import (
+from worker.spark.spark_backend import (
     interrupt_job,
     job_tag,
     session_id_for,
@@ -114,7 +114,7 @@ def test_interrupt_stops_running_work(kind: str, request: pytest.FixtureRequest)
 def test_a_failing_udf_becomes_a_short_failure(local_settings) -> None:
     """A Python error inside an executor's UDF, as pyspark raises it (a JVM stack and the
     Python worker's traceback), is told as its stage and the error's last line."""
-    from worker.spark_backend import spark_failure
+    from worker.spark.spark_backend import spark_failure
 
     def udf(batches):
         for pdf in batches:

@@ -56,7 +56,7 @@ def test_the_statistics_pass_collects_the_landmark_candidates(local_settings,
 
     from solver.landmarks import is_candidate
     from solver.spark.data import load_frame, summarize
-    from worker.spark_backend import spark_session
+    from worker.spark.spark_backend import spark_session
 
     stored = pd.read_parquet(spark_dataset / "data.parquet").sort_values("row_id")
     n = len(stored)

@@ -16,7 +16,7 @@ from solver import SODMClassifier
 from solver.exceptions import FitCancelled
 from solver.model_io import load_model, save_model
 from tests.spark.helpers import local_fit
-from worker.spark_backend import train_on_spark
+from worker.spark.spark_backend import train_on_spark
 
 pytestmark = pytest.mark.spark
 
