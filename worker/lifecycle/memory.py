@@ -27,7 +27,8 @@ PRELOAD = ("scipy.linalg", "scipy.optimize", "sklearn.base", "sklearn.model_sele
            "solver.autotune", "solver.baselines", "solver.calibration", "solver.dcd_kernel",
            "solver.dcd_linear", "solver.dsvrg", "solver.formulation", "solver.kernels",
            "solver.margins", "solver.partition", "solver.reduction", "solver.sodm",
-           "solver.model_io", "worker.prediction.batch", "worker.training.evaluation", "worker.training.search")
+           "solver.model_io", "worker.prediction.batch", "worker.training.evaluation",
+           "worker.training.search")
 
 
 def preload() -> None:

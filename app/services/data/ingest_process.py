@@ -44,7 +44,8 @@ _lock = threading.Lock()
 _ctx: ForkServerContext | None = None
 NICE = 5  # the child yields the cores to the API's requests
 KILL_GRACE_SECONDS = 30  # past the wall-clock ceiling, the watcher kills a child that lives on
-HEARTBEAT_SECONDS = 10.0  # the child refreshes its row this often (app.services.data.dataset_catalog)
+# the child refreshes its row this often (app.services.data.dataset_catalog)
+HEARTBEAT_SECONDS = 10.0
 # wall clock: three times the CPU budget (a niced child on a busy machine gets a third of
 # a core, at worst) plus a slack (start-up, database round trips)
 WALL_PER_CPU = 3
