@@ -41,7 +41,7 @@ Choices made here (documented because the paper leaves them open):
   With ``max_support_vectors`` a kernel model keeps at most that many of its support vectors
   (``support_`` lists them), the decision function projected onto them.
 * ``lam``, ``gamma``, ``theta`` may each be ``"auto"``: ``fit`` first chooses them by k-fold
-  CV with the exact solver on stratified subsamples of its rows (``solver.autotune``:
+  CV with the exact solver on stratified subsamples of its rows (``solver.auto.search``:
   successive halving over a coarse grid, then a local refinement, within a CPU budget of
   ``max(10 s, 3 x the final fit)``), then fits on all rows with the chosen values. The
   parameters stay "auto"; ``lam_``, ``gamma_``, ``theta_`` and ``fit_info_["params"]`` hold
@@ -57,7 +57,7 @@ Choices made here (documented because the paper leaves them open):
 * ``should_stop()`` returning True makes ``fit`` raise ``solver.exceptions.FitCancelled``.
 * Weights: ``fit(X, y, sample_weight)`` and ``class_weight`` (``"balanced"``:
   ``n_samples / (n_classes * bincount(y))`` as scikit-learn; or ``{label: weight}``, other
-  labels 1) multiply each row's loss (``solver.formulation``: its dual diagonal term is divided
+  labels 1) multiply each row's loss (``solver.core.formulation``: its dual diagonal term is divided
   by the weight, and ``M`` is the weights' sum), the two combined by product. An integer
   weight k gives the model of the row repeated k times; rows of weight 0 are dropped before
   anything is fitted (scaling, gamma, the solve), as scikit-learn does; negative or
@@ -80,12 +80,11 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from solver.autotune import with_final_fit
-from solver.cputime import CpuClock
-from solver.exceptions import FitCancelled, InvalidParameterError
-from solver.preprocessing import MinMaxScaler, append_constant
-from solver.row_blocks import LazyRows
-from solver.training import (
+from solver.auto.search import with_final_fit
+from solver.core.cputime import CpuClock
+from solver.core.preprocessing import MinMaxScaler, append_constant
+from solver.core.row_blocks import LazyRows
+from solver.core.training import (
     fit_info,
     iterations,
     jsonable,
@@ -97,6 +96,7 @@ from solver.training import (
     seed_for,
     weighted_variance,
 )
+from solver.exceptions import FitCancelled, InvalidParameterError
 
 __all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals",
            "class_weights", "class_weight_table", "row_weights",
@@ -134,7 +134,7 @@ def check_kernel_range(kernel: Any, max_sq_norm: float) -> None:
     ``|x|^2 <= max_sq_norm`` (the rows the solver sees: scaled, with the constant column):
     ``InvalidParameterError`` naming ``coef0`` or ``gamma``, whichever term of
     ``gamma x.z + coef0`` is the larger. The service asks it before a job is queued."""
-    from solver.kernels import MAX_KERNEL_VALUE
+    from solver.core.kernels import MAX_KERNEL_VALUE
 
     bound = kernel.value_bound(max_sq_norm)
     if kernel.name != "poly" or bound <= MAX_KERNEL_VALUE:
@@ -247,7 +247,7 @@ def row_weights(est: Any, y: np.ndarray, sample_weight: Any) -> np.ndarray | Non
     """Each row's weight, ``sample_weight`` times its class's ``class_weight`` (None when
     both are absent); ``ValueError`` for a wrong shape, a negative or non-finite weight, or
     weights that are all zero."""
-    from solver.formulation import check_weights
+    from solver.core.formulation import check_weights
 
     cw = getattr(est, "class_weight", None)
     sw = check_weights(sample_weight, len(y), allow_zero=True)
@@ -282,7 +282,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
         Called by ``fit``; the service also calls it to reject bad requests early.
         """
-        from solver.formulation import ODMParams
+        from solver.core.formulation import ODMParams
 
         for name, value in self.get_params(deep=False).items():
             rule = _PARAM_RULES.get(name)
@@ -299,7 +299,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
     def _params(self):
         """The ODM parameters of the fitted model ("auto" resolved by ``fit``)."""
-        from solver.formulation import ODMParams
+        from solver.core.formulation import ODMParams
 
         lam = getattr(self, "lam_", None) if self.lam == "auto" else self.lam
         theta = getattr(self, "theta_", None) if self.theta == "auto" else self.theta
@@ -314,7 +314,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                      and not (name == "gamma" and self.kernel == "linear"))
 
     def _make_kernel(self, gamma: float):
-        from solver.kernels import Kernel
+        from solver.core.kernels import Kernel
 
         return Kernel(self.kernel, gamma=float(gamma), degree=int(self.degree),
                       coef0=float(self.coef0))
@@ -368,7 +368,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         Z_val, yv_idx = self._validation_rows(X_val, y_val, classes)
         kernel = self._make_kernel(gamma)
         if Z.shape[0]:
-            from solver.kernels import row_sq_norms
+            from solver.core.kernels import row_sq_norms
 
             check_kernel_range(kernel, float(row_sq_norms(Z).max()))
         history, n_iter, solutions = self._solve_problems(
@@ -421,7 +421,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         (``info["chosen"]`` holds lam, gamma and theta), or None when nothing is "auto".
         For a backend that fits elsewhere (Spark) with the chosen values, which then gives
         the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds.
-        ``X`` may be :class:`~solver.row_blocks.LazyRows` (statistics of all rows, scanned
+        ``X`` may be :class:`~solver.core.row_blocks.LazyRows` (statistics of all rows, scanned
         with this estimator's ``scale``, its variance weighted by the rows' weights as
         ``fit`` weights them; the rows the search uses read on demand): the same record as
         the matrix gives. Weights (``sample_weight``, ``class_weight``) are used as ``fit``
@@ -457,7 +457,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
     def _with_cv_score(self, info: dict[str, Any], sample_weight: Any) -> dict[str, Any]:
         """The search record, with ``cv_score`` naming the folds' score when weights were
-        given (``solver.autotune.CVWeights``)."""
+        given (``solver.auto.search.CVWeights``)."""
         if getattr(self, "class_weight", None) is not None:
             info["cv_score"] = "balanced_accuracy"
         elif sample_weight is not None:
@@ -610,9 +610,9 @@ class ODMBase(ClassifierMixin, BaseEstimator):
     def _auto_search(self, Xs, y, auto: tuple[str, ...], gamma_scale: float, seed: int,
                      progress: ProgressFn | None, should_stop: StopFn | None,
                      weights=None):
-        """Choose the "auto" parameters by CV with the exact solver (``solver.autotune``);
+        """Choose the "auto" parameters by CV with the exact solver (``solver.auto.search``);
         ``weights``: a ``CVWeights`` (None: unweighted)."""
-        from solver.autotune import search
+        from solver.auto.search import search
 
         own = self.get_params(deep=False)
         base = {k: own[k] for k in _CV_PARAMS if k in own}
@@ -641,7 +641,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
     def _cv_weights(self, fit_weight: np.ndarray | None, sample_weight: np.ndarray | None):
         """The search's ``CVWeights``: the rows' fit weights, their sample weights for the
         score, balanced accuracy when ``class_weight`` is set; None without weights."""
-        from solver.autotune import CVWeights
+        from solver.auto.search import CVWeights
 
         balanced = getattr(self, "class_weight", None) is not None
         if fit_weight is None and sample_weight is None and not balanced:
@@ -673,7 +673,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         out = np.zeros((n, self.dual_coef_.shape[0]))
         if n_sv == 0 or n == 0:
             return out
-        from solver.kernels import kernel_combination
+        from solver.core.kernels import kernel_combination
 
         return kernel_combination(self._make_kernel(self.gamma_), Z, self._svz,
                                   self.dual_coef_.T, block_elems=_PREDICT_BLOCK_BYTES // 8)
@@ -706,11 +706,11 @@ def _support_budget(est: ODMBase, Z_sv, coef: np.ndarray, kernel, seed: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Support vectors kept (indices into ``Z_sv``, model space) and their coefficients:
     all of them, or ``max_support_vectors`` of them with the decision function projected
-    onto their span (:func:`solver.reduction.project_support`)."""
+    onto their span (:func:`solver.exact.reduction.project_support`)."""
     budget = getattr(est, "max_support_vectors", None)
     if budget is None or Z_sv.shape[0] <= int(budget):
         return np.arange(Z_sv.shape[0], dtype=np.int64), coef
-    from solver.reduction import project_support
+    from solver.exact.reduction import project_support
 
     return project_support(Z_sv, coef, kernel, int(budget), seed)
 
@@ -828,7 +828,7 @@ class ODMClassifier(ODMBase):
     maximum number of epochs. ``max_support_vectors`` (kernel models; None: no budget) keeps
     at most that many support vectors, drawn at random (``random_state``), with the decision
     function projected onto their span in the kernel's feature space
-    (:mod:`solver.reduction`): smaller model files and faster predictions for a small loss
+    (:mod:`solver.exact.reduction`): smaller model files and faster predictions for a small loss
     of accuracy. See the module docstring for the conventions.
     """
 
@@ -865,7 +865,7 @@ class ODMClassifier(ODMBase):
                        should_stop, sample_weight=None):
         t0 = time.perf_counter()
         if self.kernel == "linear":
-            from solver.dcd_linear import solve_linear_dual
+            from solver.linear.dcd_linear import solve_linear_dual
 
             res = solve_linear_dual(Z, y, params, tol=float(self.tol),
                                     max_iter=int(self.max_iter), random_state=seed,
@@ -873,9 +873,9 @@ class ODMClassifier(ODMBase):
                                     sample_weight=sample_weight)
             kind, sol = "w", np.asarray(res.w, dtype=np.float64).ravel()
         else:
-            from solver.dcd_kernel import solve_kernel_dual
+            from solver.exact.dcd_kernel import solve_kernel_dual
 
-            # the search's warm start along its lam path (solver.autotune), binary only
+            # the search's warm start along its lam path (solver.auto.search), binary only
             start = getattr(self, "_dual_start", None)
             res = solve_kernel_dual(Z, y, kernel, params, tol=float(self.tol),
                                     alpha0=start if start is not None
@@ -904,7 +904,7 @@ def _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val) -> float:
     if kind == "w":
         f = np.asarray(Z_val @ sol).ravel()
     else:
-        from solver.kernels import kernel_matrix
+        from solver.core.kernels import kernel_matrix
 
         coef = y * (sol[:, 0] - sol[:, 1])
         sv = np.flatnonzero(coef != 0)
@@ -933,7 +933,7 @@ class SODMClassifier(ODMBase):
     ``levels``, ``n_strata``, ``landmark_candidates``, ``final_global_solve``,
     ``n_partitions`` and ``epochs`` means the solver module's documented default (``p``:
     the smallest merge factor whose level-1 partitions' float32 kernel fits ``cache_size``,
-    see ``solver.sodm.default_p``; ``landmark_candidates``: 20,000).
+    see ``solver.sodm.hierarchy.default_p``; ``landmark_candidates``: 20,000).
     ``max_support_vectors`` is the support-vector budget of kernel models, as for
     ``ODMClassifier``.
     """
@@ -992,7 +992,7 @@ class SODMClassifier(ODMBase):
                                  "landmark_candidates": self.landmark_candidates}.items()
                if v is not None}
         if self._uses_dsvrg():
-            from solver.dsvrg import sodm_linear
+            from solver.linear.dsvrg import sodm_linear
 
             for name in ("n_partitions", "epochs", "step_size"):
                 if getattr(self, name) is not None:
@@ -1002,7 +1002,7 @@ class SODMClassifier(ODMBase):
                               should_stop=should_stop, sample_weight=sample_weight, **opt)
             return "w", np.asarray(res.w, dtype=np.float64).ravel(), list(res.history), \
                 bool(res.stopped)
-        from solver.sodm import sodm_kernel
+        from solver.sodm.hierarchy import sodm_kernel
 
         for name in ("levels", "final_global_solve"):
             if getattr(self, name) is not None:
@@ -1017,7 +1017,7 @@ class SODMClassifier(ODMBase):
         alpha = np.asarray(res.alpha, dtype=np.float64)
         history = list(res.history)
         if res.last_level > 0 and res.partitions is not None and history:
-            from solver.partition import level_ids
+            from solver.sodm.partition import level_ids
 
             top = int(history[0]["level"])
             ids = level_ids(res.partitions, res.p, top, int(res.last_level))

@@ -12,8 +12,8 @@ from app.db import session_scope
 from app.models import Job, JobState, Model
 from app.problems import ProblemError
 from app.services import model_store, prediction_files
+from solver.core.training import jsonable
 from solver.exceptions import FitCancelled
-from solver.training import jsonable
 from worker.job_state import JobLost, check_going, finish, require_datasets
 from worker.lease import ClaimedJob, Heartbeat
 

@@ -31,8 +31,8 @@ from app.models import Job, JobKind, JobState, Model, utcnow
 from app.problems import scrub_detail
 from app.services import model_store
 from app.services.algorithms import build_estimator
+from solver.core.training import jsonable
 from solver.exceptions import FitCancelled, InvalidParameterError
-from solver.training import jsonable
 from worker.evaluation import evaluate, n_support_vectors
 from worker.history import thin
 from worker.job_state import (
@@ -493,7 +493,7 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
     t0 = time.perf_counter()
     if data.spark_job is not None:
-        from solver.cputime import CpuClock
+        from solver.core.cputime import CpuClock
         from worker import spark_auto
 
         with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)

@@ -443,7 +443,7 @@ def check_for_data(name: str, params: dict[str, Any], n_features: int) -> None:
     p = build_estimator(name, params, 0).get_params(deep=False)
     if p.get("kernel") != "poly" or not p.get("scale") or isinstance(p.get("gamma"), str):
         return
-    from solver.kernels import Kernel
+    from solver.core.kernels import Kernel
 
     kernel = Kernel("poly", gamma=float(p["gamma"]), degree=int(p["degree"]),
                     coef0=float(p["coef0"]))

@@ -33,7 +33,7 @@ from app.services import datasets as datasets_service
 from app.services.algorithms import ParamError, build_estimator, estimator_class
 from app.services.autoparams import auto_conflict, auto_defaults
 from app.services.cursors import as_utc, page, split_page
-from solver.sodm import default_p
+from solver.sodm.hierarchy import default_p
 
 log = logging.getLogger(__name__)
 

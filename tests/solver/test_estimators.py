@@ -383,10 +383,10 @@ def test_sodm_one_vs_rest(blobs3):
 def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
     """Without a final solve the stored duals average the last level's local ODMs: the same
     predictions as the paper's concatenated output, margins on the exact ODM's scale."""
-    from solver.formulation import ODMParams
-    from solver.kernels import Kernel
+    from solver.core.formulation import ODMParams
+    from solver.core.kernels import Kernel
     from solver.margins import margin_stats
-    from solver.sodm import sodm_kernel
+    from solver.sodm.hierarchy import sodm_kernel
 
     Xtr, ytr, Xte, yte = svmguide1
     rows = np.random.default_rng(0).choice(len(ytr), 1200, replace=False)
@@ -400,7 +400,7 @@ def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
     raw = sodm_kernel(Xtr, y_pm, Kernel("rbf", gamma=2.5), ODMParams(lam=1e3), p=2, levels=2,
                       random_state=0).alpha
     coef = y_pm * (raw[:, 0] - raw[:, 1])
-    from solver.kernels import kernel_matrix
+    from solver.core.kernels import kernel_matrix
 
     f_raw = kernel_matrix(Kernel("rbf", gamma=2.5), Xte, Xtr) @ coef
     f_est = est.decision_function(Xte)

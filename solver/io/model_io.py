@@ -32,8 +32,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.baseline_estimators import ESTIMATORS as _BASELINES
+from solver.core.training import jsonable
 from solver.estimators import ODMClassifier, SODMClassifier, build_fitted
-from solver.training import jsonable
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "save_model", "load_model", "dumps", "loads"]
 
