@@ -16,8 +16,8 @@ from sklearn.model_selection import train_test_split
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
 from solver.auto.search import SearchSettings, search
-from solver.baseline_estimators import CascadeODMClassifier, SVRGODMClassifier
 from solver.core.row_blocks import LazyRows, blocks_of, scan
+from solver.estimators import CascadeODMClassifier, SVRGODMClassifier
 from solver.io.model_io import dumps, loads
 
 AUTO = {"lam": "auto", "gamma": "auto", "theta": "auto"}

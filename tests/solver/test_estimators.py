@@ -15,8 +15,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import SVC
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as BASELINE_ESTIMATORS
-from solver.estimators import build_fitted
+from solver.estimators import BASELINE_ESTIMATORS, build_fitted
 
 
 def load_libsvm(path: Path, n_features: int | None = None):
@@ -415,7 +414,7 @@ def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
 # ------------------------------------------------------------------------ baseline estimators
 @pytest.mark.parametrize("algorithm", ["cascade", "dip", "dc", "svrg"])
 def test_baseline_estimators_train_on_heart_scale(heart, algorithm):
-    from solver.baseline_estimators import ESTIMATORS
+    from solver.estimators import BASELINE_ESTIMATORS as ESTIMATORS
 
     Xtr, Xte, ytr, yte = heart
     cls = ESTIMATORS[algorithm]
@@ -432,7 +431,7 @@ def test_baseline_estimators_train_on_heart_scale(heart, algorithm):
 
 
 def test_svrg_baseline_is_linear_only():
-    from solver.baseline_estimators import SVRGODMClassifier
+    from solver.estimators import SVRGODMClassifier
 
     with pytest.raises(ValueError, match="kernel"):
         SVRGODMClassifier(kernel="rbf").validate_params()

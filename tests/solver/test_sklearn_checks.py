@@ -14,7 +14,7 @@ from __future__ import annotations
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from solver import ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as BASELINES
+from solver.estimators import BASELINE_ESTIMATORS as BASELINES
 
 # ``tol``: the weight checks compare a fit with integer ``sample_weight`` against one on the
 # rows repeated, to rtol 1e-7, which only the two optima agree to (the ODM with weights is the

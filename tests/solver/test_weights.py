@@ -10,9 +10,9 @@ from sklearn.base import clone
 from sklearn.datasets import make_classification
 
 from solver import ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as BASELINES
 from solver.core.formulation import ODMParams, dual_objective
 from solver.core.kernels import Kernel, kernel_matrix
+from solver.estimators import BASELINE_ESTIMATORS as BASELINES
 from solver.exact.dcd_kernel import solve_kernel_dual
 from solver.exceptions import InvalidParameterError
 from solver.linear.dcd_linear import solve_linear_dual
