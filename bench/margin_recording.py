@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     get_settings.cache_clear()
     from app.services.inference.evaluator import ServingModel
-    from solver.model_io import loads
+    from solver.io.model_io import loads
 
     model_bytes = ensure_model().read_bytes()
     m = _Row("bench", "bench", 1, 22, hashlib.sha256(model_bytes).hexdigest())

@@ -25,7 +25,7 @@ limit (one key could not pass the default 600 a minute).
 goes (``bench/serving_profile.py``). ``--offline`` adds batch decision values in this
 process, rows/s on one thread: ours (``decision_function``), scikit-learn's
 ``SVC.decision_function`` on the same support vectors and coefficients, and onnxruntime on
-the graph of ``solver.export.to_onnx_bytes`` once that export (issue 16) is there.
+the graph of ``solver.io.export.to_onnx_bytes`` once that export (issue 16) is there.
 
     apt-get install wrk
     .venv/bin/python -m bench.serving --tree after=. --workers 2 --profile
@@ -83,7 +83,7 @@ rel = "models/bench.sodm"
 shutil.copyfile(model_file, data_dir / rel)
 import io, zipfile
 import solver
-from solver.model_io import load_model
+from solver.io.model_io import load_model
 with zipfile.ZipFile(model_file) as zin:
     header = json.loads(zin.read("header.json"))
     known = set(getattr(solver, header["estimator"])().get_params(deep=False))
@@ -150,7 +150,7 @@ def ensure_model() -> Path:
     from sklearn.datasets import load_svmlight_file
 
     from solver.estimators import SODMClassifier
-    from solver.model_io import save_model
+    from solver.io.model_io import save_model
 
     with lzma.open(DATASETS / "ijcnn1.xz", "rb") as fh:
         X, y = load_svmlight_file(fh, n_features=N_FEATURES)
@@ -231,7 +231,7 @@ def offline_batch(est: Any, X: np.ndarray) -> dict[str, Any]:
         try:
             import onnxruntime as ort
 
-            from solver.export import to_onnx_bytes  # issue 16, part 5
+            from solver.io.export import to_onnx_bytes  # issue 16, part 5
         except ImportError as exc:
             res["onnxruntime_rows_per_s"] = None
             res["onnxruntime_note"] = f"not measured: {exc} (the ONNX export of issue 16)"
@@ -551,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = {n: int(given) for n, _ in trees} if "=" not in given else {
         k: int(v) for k, v in (p.split("=") for p in given.split(","))}
 
-    from solver.model_io import load_model
+    from solver.io.model_io import load_model
 
     est = load_model(ensure_model())
     X_big = test_rows(args.batch_rows)

@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--driver-memory", default="2g", help="driver JVM heap (-Xmx)")
     ap.add_argument("--p", type=int, default=None,
-                    help="merge fan-in (default: solver.sodm.default_p from --cache-size)")
+                    help="merge fan-in "
+                         "(default: solver.sodm.hierarchy.default_p from --cache-size)")
     ap.add_argument("--levels", type=int, default=None)
     ap.add_argument("--cache-size", type=float, default=512.0, help="MB per local solve")
     ap.add_argument("--epochs", type=int, default=None)

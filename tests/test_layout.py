@@ -1,5 +1,6 @@
-"""The tree shows the architecture: no package folder of ``app`` or ``worker`` holds more than
-16 modules (a bigger room is split by subdomain), and no two modules of a package share a name,
+"""The tree shows the architecture: no package folder of ``app``, ``worker`` or ``solver``
+holds more than 16 modules (a bigger room is split by subdomain), and no two modules of a
+package share a name,
 except a route module and the schema module of the same HTTP resource
 (``app/api/routes/jobs.py`` and ``app/schemas/jobs.py``): "models" in ``app`` means the
 trained models' resource, never the ORM (``app/core/orm.py``) or a service."""
@@ -10,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("app", "worker")
+PACKAGES = ("app", "worker", "solver")
 MAX_MODULES = 16
 PAIRED = (Path("app/api/routes"), Path("app/schemas"))  # may share a resource's name
 

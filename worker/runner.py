@@ -31,8 +31,8 @@ from app.core.orm import Job, JobKind, JobState, Model, utcnow
 from app.core.problems import scrub_detail
 from app.services.job_queue.algorithm_specs import build_estimator
 from app.services.model_registry import model_store
+from solver.core.training import jsonable
 from solver.exceptions import FitCancelled, InvalidParameterError
-from solver.training import jsonable
 from worker.lifecycle.history import thin
 from worker.lifecycle.job_state import (
     COMMIT_RETRIES,
@@ -493,7 +493,7 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
     t0 = time.perf_counter()
     if data.spark_job is not None:
-        from solver.cputime import CpuClock
+        from solver.core.cputime import CpuClock
         from worker.spark import spark_auto
 
         with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)

@@ -244,7 +244,7 @@ class Model(Base):
 
 
 class ModelBlob(Base):
-    """A model's portable file (``solver.model_io`` bytes), inserted in the transaction that
+    """A model's portable file (``solver.io.model_io`` bytes), inserted in the transaction that
     inserts its model (``app.services.model_registry.model_store``); deleted with it."""
 
     __tablename__ = "model_blobs"

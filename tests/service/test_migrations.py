@@ -166,7 +166,7 @@ def test_0011_moves_model_files_into_postgres_and_back(empty_pg: str, tmp_path: 
 
     from app.core.config import get_settings
     from solver import ODMClassifier
-    from solver.model_io import dumps
+    from solver.io.model_io import dumps
 
     monkeypatch.setenv("SODM_DATA_DIR", str(tmp_path))
     get_settings.cache_clear()

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from app.services.filestore import storage
 from solver import FitCancelled, SODMClassifier
-from solver.row_blocks import BLOCK_ROWS, blocks_of, scan
+from solver.core.row_blocks import BLOCK_ROWS, blocks_of, scan
 from worker.runner import split
 from worker.spark import spark_auto
 

@@ -23,12 +23,12 @@ pytestmark = pytest.mark.spark
 
 
 def _kernel_diag_sum(spark) -> float:
-    """Sum of an RBF kernel diagonal computed by ``solver.kernels`` inside executors."""
+    """Sum of an RBF kernel diagonal computed by ``solver.core.kernels`` inside executors."""
 
     def udf(batches):
         import numpy as np
 
-        from solver.kernels import Kernel, kernel_diag
+        from solver.core.kernels import Kernel, kernel_diag
 
         for pdf in batches:
             X = pdf[["id"]].to_numpy(dtype=np.float64)

@@ -24,10 +24,11 @@ MB = 1 << 20
 # limit applies, so a job never maps a shared library under it (a failed import would leave
 # the module half-initialised for every later job of the child)
 PRELOAD = ("scipy.linalg", "scipy.optimize", "sklearn.base", "sklearn.model_selection",
-           "solver.autotune", "solver.baselines", "solver.calibration", "solver.dcd_kernel",
-           "solver.dcd_linear", "solver.dsvrg", "solver.formulation", "solver.kernels",
-           "solver.margins", "solver.partition", "solver.reduction", "solver.sodm",
-           "solver.model_io", "worker.prediction.batch", "worker.training.evaluation",
+           "solver.auto.search", "solver.baselines", "solver.calibration",
+           "solver.exact.dcd_kernel", "solver.linear.dcd_linear", "solver.linear.dsvrg",
+           "solver.core.formulation", "solver.core.kernels", "solver.margins",
+           "solver.sodm.partition", "solver.exact.reduction", "solver.sodm.hierarchy",
+           "solver.io.model_io", "worker.prediction.batch", "worker.training.evaluation",
            "worker.training.search")
 
 

@@ -13,8 +13,8 @@ from app.core.orm import Job, JobState, Model
 from app.core.problems import ProblemError
 from app.services.job_queue import prediction_files
 from app.services.model_registry import model_store
+from solver.core.training import jsonable
 from solver.exceptions import FitCancelled
-from solver.training import jsonable
 from worker.lifecycle.job_state import JobLost, check_going, finish, require_datasets
 from worker.lifecycle.lease import ClaimedJob, Heartbeat
 

@@ -1,9 +1,9 @@
 """Automatic hyperparameters ("auto") for a Spark job, with the local backend's result.
 
-The search (``solver.autotune``) cross-validates the exact solver on subsamples of the
+The search (``solver.auto.search``) cross-validates the exact solver on subsamples of the
 training rows in this process, as a local job's ``fit`` does; Spark then fits once with the
 chosen values. The training rows stay in the stored file: two streamed passes over them in
-``solver.row_blocks`` blocks give the scaler, the "scale" gamma and the mean row width
+``solver.core.row_blocks`` blocks give the scaler, the "scale" gamma and the mean row width
 (to the bit what the local fit computes), then the search reads only the rows its budget
 can ever use (``row_bound``, the first rows of its stratified order). The same request
 chooses the same values, and Spark fits the model the local backend fits, with memory that
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solver.autotune import AUTO_PARAMS, is_auto, with_final_fit
+from solver.auto.search import AUTO_PARAMS, is_auto, with_final_fit
+from solver.core.row_blocks import BLOCK_ROWS, LazyRows, scan
 from solver.exceptions import FitCancelled
-from solver.row_blocks import BLOCK_ROWS, LazyRows, scan
 
 __all__ = ["has_auto", "choose", "record", "stored_rows"]
 

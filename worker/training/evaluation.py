@@ -20,7 +20,7 @@ from sklearn.metrics import (
     roc_curve,
 )
 
-from solver.training import jsonable, plain
+from solver.core.training import jsonable, plain
 
 ROC_MAX_POINTS = 200
 

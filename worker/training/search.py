@@ -36,8 +36,8 @@ def local_fit_score(est: Any, X: Any, y: np.ndarray, should_stop: Callable[[], b
                     sample_weight: np.ndarray | None = None) -> FitScore:
     """Fit ``clone(est)`` with the point on ``X[train]`` (their ``sample_weight``), score it
     on ``X[validation]``: accuracy weighted by their ``sample_weight``, balanced accuracy
-    when the estimator has a ``class_weight`` (``solver.autotune.CVWeights``)."""
-    from solver.autotune import CVWeights
+    when the estimator has a ``class_weight`` (``solver.auto.search.CVWeights``)."""
+    from solver.auto.search import CVWeights
 
     weights = CVWeights(score=sample_weight,
                         balanced=getattr(est, "class_weight", None) is not None)
@@ -68,7 +68,7 @@ def spark_fit_score(spark_job: Any, params: dict[str, Any], seed: int | None,
     column (``weight_feature``, the training rows' ``sample_weight``) the fits take it out of
     the features and the folds are scored as ``local_fit_score`` scores them."""
     from app.services.filestore import storage
-    from solver.autotune import CVWeights
+    from solver.auto.search import CVWeights
 
     ids = np.arange(len(y_train)) if train_rows is None else np.asarray(train_rows)
     base = {k: v for k, v in params.items() if k != "random_state"}

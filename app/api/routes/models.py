@@ -81,7 +81,7 @@ def update_model(model_id: IdPath, body: ModelPatch, tenant: Tenant = Depends(cu
             responses={200: {"content": {"application/octet-stream": {}}}})
 def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> Download:
-    """The portable model file (``solver.model_io.load_model`` reads it)."""
+    """The portable model file (``solver.io.model_io.load_model`` reads it)."""
     m = models_service.get_model(session, tenant, model_id)
     path = model_store.cached_file(m.id, m.file_sha256 or "")
     return Download(path, media_type="application/octet-stream",
@@ -95,7 +95,7 @@ def model_file(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                              "decision_function and, with probability=true, probabilities"}})
 def model_onnx(model_id: IdPath, tenant: Tenant = Depends(current_tenant),
                session: Session = Depends(get_session)) -> Response:
-    """The whole predictor as an ONNX graph (``solver.export``): input ``X`` (float64 rows
+    """The whole predictor as an ONNX graph (``solver.io.export``): input ``X`` (float64 rows
     of raw features), outputs ``label``, ``decision_function`` and, for a model trained with
     ``probability=true``, ``probabilities``."""
     m = models_service.get_model(session, tenant, model_id)

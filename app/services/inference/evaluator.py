@@ -5,7 +5,7 @@ as one C-contiguous float64 matrix, their squared norms, the coefficients as ``(
 and, for a linear kernel, the primal weights ``Z' coef``. ``decision`` then scales the rows
 (the model's own scaler), forms the inner products of a block of rows with every support
 vector in one BLAS product into a buffer kept per thread, and turns them into kernel values
-summed against the coefficients in one compiled pass (``solver._numba_kernels``), never
+summed against the coefficients in one compiled pass (``solver.core._numba_kernels``), never
 storing the kernel matrix. The rows are validated before they get here
 (``app.services.inference.instances``).
 

@@ -4,7 +4,7 @@ A model is named ``name``, ``name@<version>``, ``name@<alias>`` or ``name@latest
 path's ``/versions/{v}`` is ``name@v``). Its inputs are one ``X`` tensor ``[rows,
 features]`` (FP16/32/64, INT8-64, UINT8-64), or, for a model trained on named columns, one
 ``[rows]`` tensor per feature named by it; its outputs are the ONNX export's
-(``solver.export``): ``label`` (INT64, FP64 or BYTES as the classes are), ``decision_function``
+(``solver.io.export``): ``label`` (INT64, FP64 or BYTES as the classes are), ``decision_function``
 (``[rows]`` for two classes, else ``[rows, classes]``) and, for a model trained with
 ``probability=true``, ``probabilities``. Tensor data comes as JSON (flat or nested,
 row-major) or in the binary tensor extension that ``tritonclient`` uses by default (a JSON

@@ -10,7 +10,7 @@ field. Defaults are read from the estimator classes, never copied.
 
 "sodm" and "odm" are the solver's ``SODMClassifier`` / ``ODMClassifier``; the paper's
 baselines ("cascade" Ca-ODM, "dip" DiP-ODM, "dc" DC-ODM, "svrg" ODM-SVRG) are the estimators
-of ``solver.baseline_estimators``, so their models are ordinary kernel / linear ODM models.
+of ``solver.estimators``, so their models are ordinary kernel / linear ODM models.
 ``portable(est)`` re-labels a fitted baseline as an ``ODMClassifier`` with the same kernel
 and ODM parameters for the model file (predictions are identical).
 """
@@ -31,7 +31,7 @@ from pydantic_core import PydanticCustomError
 from app.core.config import get_settings
 from app.services.job_queue.autoparams import SERVICE_DEFAULTS
 from solver import ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as _BASELINE_ESTIMATORS
+from solver.estimators import BASELINE_ESTIMATORS as _BASELINE_ESTIMATORS
 from solver.estimators import check_kernel_range
 from solver.exceptions import InvalidParameterError
 
@@ -444,7 +444,7 @@ def check_for_data(name: str, params: dict[str, Any], n_features: int) -> None:
     p = build_estimator(name, params, 0).get_params(deep=False)
     if p.get("kernel") != "poly" or not p.get("scale") or isinstance(p.get("gamma"), str):
         return
-    from solver.kernels import Kernel
+    from solver.core.kernels import Kernel
 
     kernel = Kernel("poly", gamma=float(p["gamma"]), degree=int(p["degree"]),
                     coef0=float(p["coef0"]))

@@ -1,5 +1,5 @@
 """The service's automatic hyperparameters: ``POST /train`` leaves ``lam``, ``gamma`` and
-``theta`` to the estimators' "auto" search (``solver.autotune``) unless the request sets them.
+``theta`` to the estimators' "auto" search (``solver.auto.search``) unless the request sets them.
 
 On both backends: a Spark job's search runs on the worker over the same training rows, so
 the same request chooses the same values (``worker.spark.spark_auto``). One exception, where
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from solver.autotune import AUTO, AUTO_PARAMS
+from solver.auto.search import AUTO, AUTO_PARAMS
 
 __all__ = ["SERVICE_DEFAULTS", "auto_defaults", "auto_conflict"]
 

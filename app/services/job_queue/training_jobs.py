@@ -35,7 +35,7 @@ from app.services.job_queue import task_client
 from app.services.job_queue.algorithm_specs import ParamError, build_estimator, estimator_class
 from app.services.job_queue.autoparams import auto_conflict, auto_defaults
 from app.services.tenancy import quotas
-from solver.sodm import default_p
+from solver.sodm.hierarchy import default_p
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Model bytes in Postgres: written with the model's row, read back checked.
 
-A model's portable file (``solver.model_io`` bytes: JSON and ``.npy`` arrays, no pickle) is
+A model's portable file (``solver.io.model_io`` bytes: JSON and ``.npy`` arrays, no pickle) is
 a ``model_blobs`` row inserted in the transaction that inserts the model and sets its job
 SUCCEEDED (``worker.runner``), so a model exists exactly when its row does and an API
 process or worker on any host can load it. Reads check the bytes against the sha256 on the
@@ -54,7 +54,7 @@ class ModelBytes:
 
 def dump(est: Any) -> ModelBytes:
     """The portable file of a fitted (portable) estimator."""
-    from solver.model_io import dumps
+    from solver.io.model_io import dumps
 
     data = dumps(est)
     return ModelBytes(data, hashlib.sha256(data).hexdigest())
@@ -98,8 +98,8 @@ def read(model_id: str, sha256: str) -> bytes:
 
 
 def load(model_id: str, sha256: str) -> Any:
-    """The fitted estimator of a model (no pickle: ``solver.model_io.loads``)."""
-    from solver.model_io import loads
+    """The fitted estimator of a model (no pickle: ``solver.io.model_io.loads``)."""
+    from solver.io.model_io import loads
 
     return loads(read(model_id, sha256))
 

@@ -91,7 +91,7 @@ def list_models(session: Session, tenant: Tenant, cursor: str | None, limit: int
 
 
 def onnx_bytes(m: Model) -> bytes:
-    """The model as an ONNX graph (``solver.export.to_onnx``), built from its stored file."""
+    """The model as an ONNX graph (``solver.io.export.to_onnx``), built from its stored file."""
     try:
         import onnx  # noqa: F401
     except ImportError:
@@ -99,7 +99,7 @@ def onnx_bytes(m: Model) -> bytes:
                            detail="this server lacks the onnx package (pip install "
                                   "'sodm[onnx]')", type="onnx-unavailable"
                            ) from None
-    from solver.export import to_onnx_bytes
+    from solver.io.export import to_onnx_bytes
 
     est = model_store.load(m.id, m.file_sha256 or "")
     try:

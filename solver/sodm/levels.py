@@ -9,7 +9,7 @@ levels, the history records and the progress messages.
 
 A :class:`LevelBackend` solves one level: every partition of it as its own local ODM from
 the warm start the backend holds, which it then replaces by the solution.  The local process
-pool (``solver.sodm.PoolLevels``) and Spark (``solver.spark.kernel_sodm.SparkLevels``)
+pool (``solver.sodm.hierarchy.PoolLevels``) and Spark (``solver.spark.kernel_sodm.SparkLevels``)
 implement it, so both backends run the same loop.
 """
 

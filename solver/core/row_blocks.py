@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from solver.preprocessing import MinMaxScaler
+from solver.core.preprocessing import MinMaxScaler
 
 __all__ = ["BLOCK_ROWS", "EntryMoments", "RowStats", "LazyRows", "blocks_of", "scan"]
 
@@ -122,7 +122,7 @@ def scan(blocks: Callable[[], Iterable[Matrix]], *, scale: bool = True,
     """The statistics of the rows that ``blocks()`` yields (called once per pass, each time
     the same blocks in the same order): a range pass when ``scale``, then a moments pass
     over the scaled blocks (the variance weighted by the rows' ``weights`` when given, as
-    ``solver.training.weighted_variance``)."""
+    ``solver.core.training.weighted_variance``)."""
     scaler = None
     if scale:
         lo = hi = None

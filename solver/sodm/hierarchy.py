@@ -1,12 +1,12 @@
 """SODM Algorithm 1 (Wang et al., IJCAI-23): hierarchical stratified partitions for kernel ODM.
 
 1. Landmarks: ``n_strata`` points chosen greedily in the RKHS of the training kernel
-   (:mod:`solver.landmarks`), strata = nearest landmark.
-2. ``K = p**levels`` stratified partitions of balanced size (:mod:`solver.partition`; every
+   (:mod:`solver.sodm.landmarks`), strata = nearest landmark.
+2. ``K = p**levels`` stratified partitions of balanced size (:mod:`solver.sodm.partition`; every
    random choice is a function of ``(seed, row index)``, see that module for the exact rules
    the Spark backend reproduces).
 3. For ``l = levels .. 1``: solve the ``p**l`` local ODMs (each the exact ODM of its own data,
-   ``m_scale`` = partition size) with :func:`solver.dcd_kernel.solve_kernel_dual`, in parallel
+   ``m_scale`` = partition size) with :func:`solver.exact.dcd_kernel.solve_kernel_dual`, in parallel
    over ``n_jobs`` processes; the local solver of partition ``k`` at level ``l`` is seeded by
    ``SeedSequence([seed, l, k])``.  Then merge every ``p`` consecutive partitions; the new
    warm start is the per-instance concatenation of the children's ``alpha`` (``alpha`` lives
@@ -24,7 +24,7 @@
    level 1, so the result is the true ODM optimum.  Without it the result is the paper's output,
    the level-1 concatenation ``[alpha_1; ..; alpha_p]`` (a block-diagonal approximation).
 
-Steps 3-5 are the level driver :func:`solver.levels.run_levels`, shared with the Spark
+Steps 3-5 are the level driver :func:`solver.sodm.levels.run_levels`, shared with the Spark
 backend; here :class:`PoolLevels` solves each level's partitions in a process pool.
 
 Defaults (the measurements behind them, with their commands, are in ``docs/design-notes.md``):
@@ -71,8 +71,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solver.dcd_kernel import kernel_decision, solve_kernel_dual
-from solver.formulation import (
+from solver.core.formulation import (
     ODMParams,
     check_weights,
     default_scale,
@@ -80,13 +79,14 @@ from solver.formulation import (
     dual_objective,
     kkt_violation_from_grad,
 )
-from solver.inputs import check_Xy
-from solver.kernels import Kernel, kernel_matrix
-from solver.landmarks import assign_strata, select_landmarks
-from solver.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
-from solver.newton_kernel import NewtonWork
-from solver.parallel import TaskPool, resolve_n_jobs
-from solver.partition import (
+from solver.core.inputs import check_Xy
+from solver.core.kernels import Kernel, kernel_matrix
+from solver.exact.dcd_kernel import kernel_decision, solve_kernel_dual
+from solver.exact.newton_kernel import NewtonWork
+from solver.sodm.landmarks import assign_strata, select_landmarks
+from solver.sodm.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
+from solver.sodm.parallel import TaskPool, resolve_n_jobs
+from solver.sodm.partition import (
     level_ids,
     local_seed,
     partition_members,
@@ -117,7 +117,7 @@ MAX_LEVELS = 10  # deeper hierarchies only add merges of tiny partitions
 _MB = 1 << 20
 DEFAULT_N_STRATA = 50
 # landmarks are chosen among a seeded key-threshold sample of about this many rows
-# (solver.landmarks.landmark_candidates); the Spark backend collects exactly that sample
+# (solver.sodm.landmarks.landmark_candidates); the Spark backend collects exactly that sample
 DEFAULT_LANDMARK_CANDIDATES = 20_000
 
 
@@ -333,7 +333,7 @@ def solve_groups(pool: TaskPool, X, y, kernel: Kernel, params: ODMParams, alpha:
 
 
 class PoolLevels:
-    """The local :class:`solver.levels.LevelBackend`: a level's partitions solved in a
+    """The local :class:`solver.sodm.levels.LevelBackend`: a level's partitions solved in a
     :class:`TaskPool`; the duals live in one ``(M, 2)`` array in input row order, so merging
     partitions is implicit."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from solver import buffers
+from solver.core import buffers
 
 __all__ = [
     "Kernel",
@@ -116,7 +116,7 @@ def _inner_product_blocks(A, B, step: int, sym: bool = False):
     blocks of ``step`` rows (``c0 = s`` when ``sym``: the upper block triangle, else 0).
     Dense blocks go through one reused buffer: a fresh block per BLAS call would be fresh
     pages from the OS each time, and their first-touch faults cost more than the product
-    here (see :mod:`solver.buffers`); each ``G`` is valid until the next one is made."""
+    here (see :mod:`solver.core.buffers`); each ``G`` is valid until the next one is made."""
     nA, nB = A.shape[0], B.shape[0]
     dense = not sp.issparse(A) and not sp.issparse(B)
     G_buf = buffers.empty(min(nA, step) * nB, np.float64) if dense and nA > 1 else None
@@ -138,7 +138,7 @@ def _finish_into(kernel: Kernel, G: np.ndarray, sa: np.ndarray | None,
                  sb: np.ndarray | None, out: np.ndarray) -> None:
     """Turn the inner-product block ``G`` into kernel values written to ``out`` (one fused
     compiled pass for rbf/poly, whatever the dtype of ``out``)."""
-    from solver import _numba_kernels as nk
+    from solver.core import _numba_kernels as nk
 
     if kernel.name == "linear":
         out[...] = G
@@ -208,7 +208,7 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
         if kernel.name == "linear":
             out[...] = np.asarray(A @ np.asarray(B.T @ C)).reshape(nA, -1)
         else:
-            from solver import _numba_kernels as nk
+            from solver.core import _numba_kernels as nk
 
             sa = row_sq_norms(A) if kernel.name == "rbf" else None
             sb = row_sq_norms(B) if kernel.name == "rbf" else None

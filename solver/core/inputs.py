@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from solver.formulation import check_weights, default_scale
+from solver.core.formulation import check_weights, default_scale
 
 
 def check_X(X, *, contiguous: bool = False):

@@ -3,7 +3,7 @@
 If the whole ``m x m`` matrix fits the budget it is computed once (float64 if that fits,
 else float32 like LIBSVM's cache); otherwise a fixed number of float32 column slots is filled
 on demand, a batch of columns per BLAS call, evicting the least recently used, so memory
-never exceeds the budget.  Large buffers come from :mod:`solver.buffers` (pages mapped up
+never exceeds the budget.  Large buffers come from :mod:`solver.core.buffers` (pages mapped up
 front: first-touch page faults cost more than the kernel values, ``docs/design-notes.md``).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver import _numba_kernels as nk
-from solver import buffers
-from solver.kernels import Kernel, kernel_decision, kernel_matrix
+from solver.core import _numba_kernels as nk
+from solver.core import buffers
+from solver.core.kernels import Kernel, kernel_decision, kernel_matrix
 
 __all__ = ["ColumnStore"]
 
@@ -65,7 +65,7 @@ class ColumnStore:
 
     @property
     def face_bytes(self) -> int:
-        """Bytes per face entry of a direct Newton step (:class:`solver.newton_kernel.
+        """Bytes per face entry of a direct Newton step (:class:`solver.exact.newton_kernel.
         FaceSystems`): the float32 factor, plus a float64 ``K_SS`` in column-cache mode."""
         return 4 if self.full else 12
 

@@ -9,7 +9,7 @@ factor, the exact gradient of this primal; the SODM paper prints it without):
 
 * Partitions: strata around landmarks chosen with the *linear* kernel among the same seeded
   candidate sample as Algorithm 1 (``landmark_candidates``, default 20,000 rows), dealt into
-  ``n_partitions`` balanced stratified partitions (:mod:`solver.partition`, same reproducible
+  ``n_partitions`` balanced stratified partitions (:mod:`solver.sodm.partition`, same reproducible
   rules as Algorithm 1).  Default ``n_partitions``: 8, but no partition under
   ``MIN_PARTITION_ROWS`` (2,000) rows; below 4,000 rows that is one partition, plain SVRG
   over the data without strata (:func:`default_partitions`).
@@ -48,16 +48,16 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from solver.formulation import (
+from solver.core.formulation import (
     ODMParams,
     check_weights,
     lipschitz_constant,
     primal_objective_from_margins,
 )
-from solver.inputs import check_Xy
-from solver.kernels import Kernel
-from solver.partition import partition_members, stratified_partitions
-from solver.sodm import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA, stratify
+from solver.core.inputs import check_Xy
+from solver.core.kernels import Kernel
+from solver.sodm.hierarchy import DEFAULT_LANDMARK_CANDIDATES, DEFAULT_N_STRATA, stratify
+from solver.sodm.partition import partition_members, stratified_partitions
 
 __all__ = ["LinearResult", "sodm_linear", "full_gradient", "instance_coefficients",
            "default_partitions", "default_step_size", "svrg_inner", "inner_csr",
@@ -90,7 +90,7 @@ def normalized_weights(sample_weight, m: int) -> np.ndarray:
 
     With weights ``s_i`` (mean 1) the objective is ``(1/M) sum_i s_i-weighted p_i``: the same
     problem as ``lam/(2W) sum_i c_i loss_i`` for any positive multiple ``c = k s``
-    (:mod:`solver.formulation`), and an instance's stochastic gradient is ``w + s_i c_i x_i``.
+    (:mod:`solver.core.formulation`), and an instance's stochastic gradient is ``w + s_i c_i x_i``.
     """
     w = check_weights(sample_weight, m)
     if w is None:

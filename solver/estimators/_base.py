@@ -1,68 +1,11 @@
-"""scikit-learn estimators for the Optimal margin Distribution Machine.
+"""The shared fit / predict machinery of the ODM estimators: :class:`ODMBase`.
 
-``ODMClassifier`` solves the ODM dual exactly (dual coordinate descent: ``dcd_linear`` for the
-linear kernel, ``dcd_kernel`` otherwise). ``SODMClassifier`` trains with the scalable SODM
-algorithms of Wang et al. (IJCAI-23): the hierarchical stratified-partition scheme
-(Algorithm 1, ``sodm_kernel``) for kernels, and distributed SVRG (Algorithm 2,
-``sodm_linear``) for the linear kernel by default.
-
-Model, in the SODM paper's convention (``docs/architecture.md``)::
-
-    min_w  1/2 ||w||^2 + lam/(2M) * sum_i (xi_i^2 + upsilon * eps_i^2) / (1 - theta)^2
-    s.t.   1 - theta - xi_i <= y_i w.phi(x_i) <= 1 + theta + eps_i
-
-Choices made here (documented because the paper leaves them open):
-
-* Labels: any two labels (numbers, strings, bools; two distinct non-integer floats too,
-  while more than two non-integer floats are rejected as a regression target);
-  ``classes_`` is sorted, ``classes_[0]`` (the smaller) maps to -1.
-  More than two classes: one-vs-rest, one binary ODM per class, ``predict`` takes the arg max.
-* ``scale=True`` (default): every feature is min-max scaled to [0, 1] on the training data
-  inside the model (the paper's preprocessing); constant features map to 0.
-* ``fit_intercept=True`` appends a constant feature 1 (as the authors' code does). The paper's
-  model has no bias; ``fit_intercept=False`` gives exactly the paper's model. For the RBF
-  kernel a constant feature changes nothing (distances are unchanged).
-* ``gamma="scale"`` (default) means ``1 / (n_features * Var(X_scaled))`` computed on the scaled
-  training features (like scikit-learn's SVC), 1.0 when that variance is 0; a positive number
-  is used as is. Kernels: rbf ``exp(-gamma ||x-z||^2)``, poly ``(gamma x.z + coef0)^degree``.
-* ``lam`` default 1e4: the paper's lam weights the *mean* squared deviation, so it plays the
-  role of ``C * M`` of an SVM, and small values underfit.  Chosen on validation rows held out
-  of the training splits of six datasets (``bench/sodm_defaults.py --part lam``, numbers in
-  ``docs/design-notes.md``): against each set's best of 1 .. 1e5 it loses 0.006 on average
-  (1e3: 0.018; 1e5: 0.003, but its solves are several times slower and it loses 0.015 on
-  a9a).  It was 1e3, chosen on a test split.
-  ``upsilon=0.5``, ``theta=0.2`` are ``ODMParams``' defaults (libodm uses mu=0.8, theta=0.2;
-  the authors' SODM driver 0.5 / 0.5).
-* Fitted model: kernel models keep only support vectors (``zeta_i + beta_i > 0``; the union
-  over one-vs-rest problems) in the scaled feature space, ``dual_coef_[k, j] = y_j (zeta_j -
-  beta_j)`` per problem, and predict with kernel blocks; linear models keep ``w_`` (one row per
-  problem, the last entry is the intercept weight when ``fit_intercept``) and predict with it.
-  ``n_support_[k]`` counts the instances outside the band ``[1-theta, 1+theta]`` of problem k.
-  With ``max_support_vectors`` a kernel model keeps at most that many of its support vectors
-  (``support_`` lists them), the decision function projected onto them.
-* ``lam``, ``gamma``, ``theta`` may each be ``"auto"``: ``fit`` first chooses them by k-fold
-  CV with the exact solver on stratified subsamples of its rows (``solver.autotune``:
-  successive halving over a coarse grid, then a local refinement, within a CPU budget of
-  ``max(10 s, 3 x the final fit)``), then fits on all rows with the chosen values. The
-  parameters stay "auto"; ``lam_``, ``gamma_``, ``theta_`` and ``fit_info_["params"]`` hold
-  the values used, ``fit_info_["auto"]`` the search (CV table, CPU seconds, budget).
-* ``probability=True`` adds ``predict_proba``: Platt scaling fitted on out-of-fold decision
-  values (``solver.calibration``), recorded in ``fit_info_["calibration"]``.
-* ``random_state``: an int seed is passed to the solver unchanged for a binary problem (so
-  other backends reproduce it from the same seed); one-vs-rest problem k uses the seed
-  ``SeedSequence([seed, k]).generate_state(1)[0] & 0x7FFFFFFF``. ``None`` draws a fresh seed.
-* SODM without ``final_global_solve`` ends with the local solutions of the last solved level;
-  the stored duals are their size-weighted average (``average_local_duals``): the paper's
-  predictions, with decision values on the ODM margin scale.
-* ``should_stop()`` returning True makes ``fit`` raise ``solver.exceptions.FitCancelled``.
-* Weights: ``fit(X, y, sample_weight)`` and ``class_weight`` (``"balanced"``:
-  ``n_samples / (n_classes * bincount(y))`` as scikit-learn; or ``{label: weight}``, other
-  labels 1) multiply each row's loss (``solver.formulation``: its dual diagonal term is divided
-  by the weight, and ``M`` is the weights' sum), the two combined by product. An integer
-  weight k gives the model of the row repeated k times; rows of weight 0 are dropped before
-  anything is fitted (scaling, gamma, the solve), as scikit-learn does; negative or
-  non-finite weights, or all zero, are a ``ValueError``. One-vs-rest problems use the same
-  row weights. Weights that are all equal change nothing and are ignored.
+``ODMBase`` does what every estimator of ``solver.estimators`` does the same way: parameter
+checks, labels and one-vs-rest, scaling, row and class weights, the "auto" search, the fitted
+state, Platt calibration and prediction. A subclass (``_classes.py``) declares its parameters
+and solves one binary problem (``_solve_problem``); :func:`build_fitted` installs a solution
+computed elsewhere (Spark, model files). The conventions are in the package docstring
+(``solver/estimators/__init__.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +14,7 @@ import math
 import numbers
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -80,12 +23,11 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from solver.autotune import with_final_fit
-from solver.cputime import CpuClock
-from solver.exceptions import FitCancelled, InvalidParameterError
-from solver.preprocessing import MinMaxScaler, append_constant
-from solver.row_blocks import LazyRows
-from solver.training import (
+from solver.auto.search import with_final_fit
+from solver.core.cputime import CpuClock
+from solver.core.preprocessing import MinMaxScaler, append_constant
+from solver.core.row_blocks import LazyRows
+from solver.core.training import (
     fit_info,
     iterations,
     jsonable,
@@ -97,9 +39,9 @@ from solver.training import (
     seed_for,
     weighted_variance,
 )
+from solver.exceptions import FitCancelled, InvalidParameterError
 
-__all__ = ["ODMBase", "ODMClassifier", "SODMClassifier", "build_fitted", "average_local_duals",
-           "class_weights", "class_weight_table", "row_weights",
+__all__ = ["ODMBase", "build_fitted", "class_weights", "class_weight_table", "row_weights",
            "KERNELS", "check_kernel_range", "is_int", "is_real", "require"]
 
 KERNELS = ("linear", "rbf", "poly")
@@ -111,7 +53,6 @@ _CV_PARAMS = ("degree", "coef0", "upsilon", "tol", "max_iter", "cache_size", "fi
 
 # Bytes of one kernel block computed at prediction time (rows x support vectors x 8).
 _PREDICT_BLOCK_BYTES = 32 * 2**20
-
 
 def is_int(v: Any) -> bool:
     """An integer, not a bool."""
@@ -134,7 +75,7 @@ def check_kernel_range(kernel: Any, max_sq_norm: float) -> None:
     ``|x|^2 <= max_sq_norm`` (the rows the solver sees: scaled, with the constant column):
     ``InvalidParameterError`` naming ``coef0`` or ``gamma``, whichever term of
     ``gamma x.z + coef0`` is the larger. The service asks it before a job is queued."""
-    from solver.kernels import MAX_KERNEL_VALUE
+    from solver.core.kernels import MAX_KERNEL_VALUE
 
     bound = kernel.value_bound(max_sq_norm)
     if kernel.name != "poly" or bound <= MAX_KERNEL_VALUE:
@@ -247,7 +188,7 @@ def row_weights(est: Any, y: np.ndarray, sample_weight: Any) -> np.ndarray | Non
     """Each row's weight, ``sample_weight`` times its class's ``class_weight`` (None when
     both are absent); ``ValueError`` for a wrong shape, a negative or non-finite weight, or
     weights that are all zero."""
-    from solver.formulation import check_weights
+    from solver.core.formulation import check_weights
 
     cw = getattr(est, "class_weight", None)
     sw = check_weights(sample_weight, len(y), allow_zero=True)
@@ -275,6 +216,9 @@ class ODMBase(ClassifierMixin, BaseEstimator):
     """Shared fit / predict logic; subclasses define parameters and ``_solve_problem``."""
 
     _algorithm_name = "odm"
+    # The estimator the "auto" search cross-validates with: the exact solver whatever the
+    # subclass (ODMClassifier, set where it is defined: solver/estimators/_classes.py).
+    _cv_estimator: ClassVar[type[ODMBase]]
 
     # ----------------------------------------------------------------------------- params
     def validate_params(self) -> None:
@@ -282,7 +226,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
         Called by ``fit``; the service also calls it to reject bad requests early.
         """
-        from solver.formulation import ODMParams
+        from solver.core.formulation import ODMParams
 
         for name, value in self.get_params(deep=False).items():
             rule = _PARAM_RULES.get(name)
@@ -299,7 +243,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
     def _params(self):
         """The ODM parameters of the fitted model ("auto" resolved by ``fit``)."""
-        from solver.formulation import ODMParams
+        from solver.core.formulation import ODMParams
 
         lam = getattr(self, "lam_", None) if self.lam == "auto" else self.lam
         theta = getattr(self, "theta_", None) if self.theta == "auto" else self.theta
@@ -314,7 +258,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
                      and not (name == "gamma" and self.kernel == "linear"))
 
     def _make_kernel(self, gamma: float):
-        from solver.kernels import Kernel
+        from solver.core.kernels import Kernel
 
         return Kernel(self.kernel, gamma=float(gamma), degree=int(self.degree),
                       coef0=float(self.coef0))
@@ -340,10 +284,10 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         """Train on X (n, d) dense or CSR and labels y; returns self.
 
         ``sample_weight`` (n,) non-negative weights of the rows' losses, combined with
-        ``class_weight`` (module docstring); ``X_val, y_val`` (optional) are passed to SODM
-        for per-level validation accuracy; ``progress(fraction, message, record)`` is called
-        after each level / epoch / problem; ``should_stop()`` is polled by the solvers and a
-        stop raises ``FitCancelled``.
+        ``class_weight`` (the docstring of ``solver.estimators``); ``X_val, y_val``
+        (optional) are passed to SODM for per-level validation accuracy;
+        ``progress(fraction, message, record)`` is called after each level / epoch / problem;
+        ``should_stop()`` is polled by the solvers and a stop raises ``FitCancelled``.
         """
         t0 = time.perf_counter()
         self.validate_params()
@@ -368,7 +312,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         Z_val, yv_idx = self._validation_rows(X_val, y_val, classes)
         kernel = self._make_kernel(gamma)
         if Z.shape[0]:
-            from solver.kernels import row_sq_norms
+            from solver.core.kernels import row_sq_norms
 
             check_kernel_range(kernel, float(row_sq_norms(Z).max()))
         history, n_iter, solutions = self._solve_problems(
@@ -421,7 +365,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         (``info["chosen"]`` holds lam, gamma and theta), or None when nothing is "auto".
         For a backend that fits elsewhere (Spark) with the chosen values, which then gives
         the model ``fit`` would; ``with_final_fit`` adds the final fit's CPU seconds.
-        ``X`` may be :class:`~solver.row_blocks.LazyRows` (statistics of all rows, scanned
+        ``X`` may be :class:`~solver.core.row_blocks.LazyRows` (statistics of all rows, scanned
         with this estimator's ``scale``, its variance weighted by the rows' weights as
         ``fit`` weights them; the rows the search uses read on demand): the same record as
         the matrix gives. Weights (``sample_weight``, ``class_weight``) are used as ``fit``
@@ -457,7 +401,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
 
     def _with_cv_score(self, info: dict[str, Any], sample_weight: Any) -> dict[str, Any]:
         """The search record, with ``cv_score`` naming the folds' score when weights were
-        given (``solver.autotune.CVWeights``)."""
+        given (``solver.auto.search.CVWeights``)."""
         if getattr(self, "class_weight", None) is not None:
             info["cv_score"] = "balanced_accuracy"
         elif sample_weight is not None:
@@ -610,18 +554,18 @@ class ODMBase(ClassifierMixin, BaseEstimator):
     def _auto_search(self, Xs, y, auto: tuple[str, ...], gamma_scale: float, seed: int,
                      progress: ProgressFn | None, should_stop: StopFn | None,
                      weights=None):
-        """Choose the "auto" parameters by CV with the exact solver (``solver.autotune``);
+        """Choose the "auto" parameters by CV with the exact solver (``solver.auto.search``);
         ``weights``: a ``CVWeights`` (None: unweighted)."""
-        from solver.autotune import search
+        from solver.auto.search import search
 
         own = self.get_params(deep=False)
         base = {k: own[k] for k in _CV_PARAMS if k in own}
         base["kernel"], base["scale"], base["random_state"] = self.kernel, False, seed
 
-        def make(values: dict[str, float]) -> ODMClassifier:
+        def make(values: dict[str, float]) -> ODMBase:
             # a CV tolerance (``values["tol"]``) never tightens the estimator's own
             tol = max(float(base["tol"]), float(values.get("tol", 0.0)))
-            return ODMClassifier(**{**base, **values, "tol": tol})
+            return self._cv_estimator(**{**base, **values, "tol": tol})
 
         fixed = {k: float(own[k]) for k in ("lam", "theta") if k not in auto}
         fixed["gamma"] = float(gamma_scale if own.get("gamma") in ("scale", "auto", None)
@@ -641,7 +585,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
     def _cv_weights(self, fit_weight: np.ndarray | None, sample_weight: np.ndarray | None):
         """The search's ``CVWeights``: the rows' fit weights, their sample weights for the
         score, balanced accuracy when ``class_weight`` is set; None without weights."""
-        from solver.autotune import CVWeights
+        from solver.auto.search import CVWeights
 
         balanced = getattr(self, "class_weight", None) is not None
         if fit_weight is None and sample_weight is None and not balanced:
@@ -673,7 +617,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         out = np.zeros((n, self.dual_coef_.shape[0]))
         if n_sv == 0 or n == 0:
             return out
-        from solver.kernels import kernel_combination
+        from solver.core.kernels import kernel_combination
 
         return kernel_combination(self._make_kernel(self.gamma_), Z, self._svz,
                                   self.dual_coef_.T, block_elems=_PREDICT_BLOCK_BYTES // 8)
@@ -706,11 +650,11 @@ def _support_budget(est: ODMBase, Z_sv, coef: np.ndarray, kernel, seed: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Support vectors kept (indices into ``Z_sv``, model space) and their coefficients:
     all of them, or ``max_support_vectors`` of them with the decision function projected
-    onto their span (:func:`solver.reduction.project_support`)."""
+    onto their span (:func:`solver.exact.reduction.project_support`)."""
     budget = getattr(est, "max_support_vectors", None)
     if budget is None or Z_sv.shape[0] <= int(budget):
         return np.arange(Z_sv.shape[0], dtype=np.int64), coef
-    from solver.reduction import project_support
+    from solver.exact.reduction import project_support
 
     return project_support(Z_sv, coef, kernel, int(budget), seed)
 
@@ -816,229 +760,3 @@ def build_fitted(est: ODMBase, *, classes, n_features_in: int, scaler_min=None,
                platt=platt)
     return est
 
-
-class ODMClassifier(ODMBase):
-    """Exact ODM: one dual coordinate descent solve on the whole training set.
-
-    Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch), after a
-    primal Newton solve when there are at most 1000 features; "rbf" and "poly" use the kernel
-    solver with a bounded kernel cache of ``cache_size`` MB (its active-set Newton step may
-    add a face factor of up to a quarter of that, or of a 1,000-row face). ``tol`` is
-    the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
-    maximum number of epochs. ``max_support_vectors`` (kernel models; None: no budget) keeps
-    at most that many support vectors, drawn at random (``random_state``), with the decision
-    function projected onto their span in the kernel's feature space
-    (:mod:`solver.reduction`): smaller model files and faster predictions for a small loss
-    of accuracy. See the module docstring for the conventions.
-    """
-
-    _algorithm_name = "odm"
-
-    def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
-                 coef0: float = 1.0, lam: float = 1e4, upsilon: float = 0.5,
-                 theta: float = 0.2, tol: float = 1e-3, max_iter: int = 1000,
-                 cache_size: float = 512.0, shrinking: bool = True, fit_intercept: bool = True,
-                 scale: bool = True, random_state=None, probability: bool = False,
-                 max_support_vectors: int | None = None, class_weight=None) -> None:
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.lam = lam
-        self.upsilon = upsilon
-        self.theta = theta
-        self.tol = tol
-        self.max_iter = max_iter
-        self.cache_size = cache_size
-        self.shrinking = shrinking
-        self.fit_intercept = fit_intercept
-        self.scale = scale
-        self.random_state = random_state
-        self.probability = probability
-        self.max_support_vectors = max_support_vectors
-        self.class_weight = class_weight
-
-    def _algorithm_for_kernel(self) -> str:
-        return "odm-dcd-linear" if self.kernel == "linear" else "odm-dcd-kernel"
-
-    def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop, sample_weight=None):
-        t0 = time.perf_counter()
-        if self.kernel == "linear":
-            from solver.dcd_linear import solve_linear_dual
-
-            res = solve_linear_dual(Z, y, params, tol=float(self.tol),
-                                    max_iter=int(self.max_iter), random_state=seed,
-                                    shrinking=bool(self.shrinking), should_stop=should_stop,
-                                    sample_weight=sample_weight)
-            kind, sol = "w", np.asarray(res.w, dtype=np.float64).ravel()
-        else:
-            from solver.dcd_kernel import solve_kernel_dual
-
-            # the search's warm start along its lam path (solver.autotune), binary only
-            start = getattr(self, "_dual_start", None)
-            res = solve_kernel_dual(Z, y, kernel, params, tol=float(self.tol),
-                                    alpha0=start if start is not None
-                                    and start.shape == (Z.shape[0], 2) else None,
-                                    max_iter=int(self.max_iter),
-                                    cache_size=float(self.cache_size),
-                                    shrinking=bool(self.shrinking), random_state=seed,
-                                    should_stop=should_stop, sample_weight=sample_weight)
-            kind, sol = "alpha", np.asarray(res.alpha, dtype=np.float64)
-        record = {
-            "n_iter": int(res.n_iter),
-            "kkt_violation": float(res.kkt_violation),
-            "objective": float(res.objective),
-            "converged": bool(res.converged),
-            "seconds": time.perf_counter() - t0,
-            **({} if kind == "w" else res.newton.record()),
-        }
-        if Z_val is not None and y_val is not None and len(y_val):
-            record["val_accuracy"] = _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val)
-        if progress is not None and not res.stopped:
-            progress(1.0, "exact ODM solved", record)
-        return kind, sol, [record], bool(res.stopped)
-
-
-def _val_accuracy(kind, sol, Z, y, kernel, Z_val, y_val) -> float:
-    if kind == "w":
-        f = np.asarray(Z_val @ sol).ravel()
-    else:
-        from solver.kernels import kernel_matrix
-
-        coef = y * (sol[:, 0] - sol[:, 1])
-        sv = np.flatnonzero(coef != 0)
-        if sv.size == 0:
-            f = np.zeros(Z_val.shape[0])
-        else:
-            f = np.asarray(kernel_matrix(kernel, Z_val, Z[sv])) @ coef[sv]
-    return float(np.mean(np.where(f > 0, 1.0, -1.0) == y_val))
-
-
-class SODMClassifier(ODMBase):
-    """Scalable ODM (SODM, Wang et al. IJCAI-23).
-
-    Kernels "rbf"/"poly" (and "linear" with ``linear_solver="hierarchical"``) use Algorithm 1:
-    ``p**levels`` stratified partitions (``n_strata`` strata around landmarks chosen in the
-    kernel's feature space), solved in parallel (``n_jobs``) and merged ``p`` at a time with
-    warm starts (``warm_start_scaling`` "rescale" or paper-"literal"; not scikit-learn's
-    boolean ``warm_start``); ``final_global_solve`` adds one exact solve on the whole data
-    warm-started from level 1 (true ODM optimum). Kernel
-    "linear" uses Algorithm 2 by default (``linear_solver="dsvrg"``): distributed SVRG on the
-    primal over ``n_partitions`` stratified partitions for ``epochs`` epochs with
-    ``step_size`` (None: derived from the smoothness constant), stopping early when the
-    gradient norm is ``tol`` times its value at 0 (``tol`` is the KKT tolerance of the
-    kernel solvers). ``landmark_candidates``
-    bounds the rows the kernel landmarks are chosen from. ``None`` for ``p``,
-    ``levels``, ``n_strata``, ``landmark_candidates``, ``final_global_solve``,
-    ``n_partitions`` and ``epochs`` means the solver module's documented default (``p``:
-    the smallest merge factor whose level-1 partitions' float32 kernel fits ``cache_size``,
-    see ``solver.sodm.default_p``; ``landmark_candidates``: 20,000).
-    ``max_support_vectors`` is the support-vector budget of kernel models, as for
-    ``ODMClassifier``.
-    """
-
-    _algorithm_name = "sodm"
-
-    def __init__(self, *, kernel: str = "rbf", gamma: float | str = "scale", degree: int = 3,
-                 coef0: float = 1.0, lam: float = 1e4, upsilon: float = 0.5,
-                 theta: float = 0.2, p: int | None = None, levels: int | None = None,
-                 n_strata: int | None = None, landmark_candidates: int | None = None,
-                 warm_start_scaling: str = "rescale",
-                 final_global_solve: bool | None = None, n_jobs: int | None = 1,
-                 tol: float = 1e-3, max_iter: int = 1000, cache_size: float = 512.0,
-                 fit_intercept: bool = True, scale: bool = True, random_state=None,
-                 epochs: int | None = None, step_size: float | None = None,
-                 n_partitions: int | None = None, linear_solver: str = "dsvrg",
-                 probability: bool = False,
-                 max_support_vectors: int | None = None, class_weight=None) -> None:
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.lam = lam
-        self.upsilon = upsilon
-        self.theta = theta
-        self.p = p
-        self.levels = levels
-        self.n_strata = n_strata
-        self.landmark_candidates = landmark_candidates
-        self.warm_start_scaling = warm_start_scaling
-        self.final_global_solve = final_global_solve
-        self.n_jobs = n_jobs
-        self.tol = tol
-        self.max_iter = max_iter
-        self.cache_size = cache_size
-        self.fit_intercept = fit_intercept
-        self.scale = scale
-        self.random_state = random_state
-        self.probability = probability
-        self.epochs = epochs
-        self.step_size = step_size
-        self.n_partitions = n_partitions
-        self.max_support_vectors = max_support_vectors
-        self.linear_solver = linear_solver
-        self.class_weight = class_weight
-
-    def _uses_dsvrg(self) -> bool:
-        return self.kernel == "linear" and self.linear_solver == "dsvrg"
-
-    def _algorithm_for_kernel(self) -> str:
-        return "sodm-dsvrg" if self._uses_dsvrg() else "sodm-hierarchical"
-
-    def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
-                       should_stop, sample_weight=None):
-        opt = {k: v for k, v in {"n_strata": self.n_strata,
-                                 "landmark_candidates": self.landmark_candidates}.items()
-               if v is not None}
-        if self._uses_dsvrg():
-            from solver.dsvrg import sodm_linear
-
-            for name in ("n_partitions", "epochs", "step_size"):
-                if getattr(self, name) is not None:
-                    opt[name] = getattr(self, name)
-            res = sodm_linear(Z, y, params, tol=float(self.tol), random_state=seed,
-                              X_val=Z_val, y_val=y_val, progress=progress,
-                              should_stop=should_stop, sample_weight=sample_weight, **opt)
-            return "w", np.asarray(res.w, dtype=np.float64).ravel(), list(res.history), \
-                bool(res.stopped)
-        from solver.sodm import sodm_kernel
-
-        for name in ("levels", "final_global_solve"):
-            if getattr(self, name) is not None:
-                opt[name] = getattr(self, name)
-        n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
-        res = sodm_kernel(Z, y, kernel, params, p=None if self.p is None else int(self.p),
-                          warm_start=self.warm_start_scaling, n_jobs=n_jobs,
-                          tol=float(self.tol),
-                          max_iter=int(self.max_iter), cache_size=float(self.cache_size),
-                          random_state=seed, X_val=Z_val, y_val=y_val, progress=progress,
-                          should_stop=should_stop, sample_weight=sample_weight, **opt)
-        alpha = np.asarray(res.alpha, dtype=np.float64)
-        history = list(res.history)
-        if res.last_level > 0 and res.partitions is not None and history:
-            from solver.partition import level_ids
-
-            top = int(history[0]["level"])
-            ids = level_ids(res.partitions, res.p, top, int(res.last_level))
-            alpha = average_local_duals(alpha, ids, sample_weight)
-        return "alpha", alpha, history, bool(res.stopped)
-
-
-def average_local_duals(alpha: np.ndarray, ids: np.ndarray,
-                        sample_weight: np.ndarray | None = None) -> np.ndarray:
-    """Put SODM's output (local duals of the last solved level) on the global ODM scale.
-
-    Without a final global solve SODM returns the concatenation of the local ODM solutions of
-    the last solved level (partition id ``ids[i]`` per row). Each local model f_k already has
-    margins around 1 on its own data, so the concatenation's decision sum_k f_k is about K
-    times the ODM's. The estimator stores the size-weighted average sum_k (m_k / M) f_k
-    instead, i.e. ``alpha_i * m_k / M``: the same predictions (a positive rescaling when the
-    sizes are equal, which the balanced partitions make them up to one row) and decision values
-    on the ODM margin scale, so margin statistics and the theta band mean what they say.
-    With ``sample_weight`` a partition's size is its weights' sum.
-    """
-    ids = np.asarray(ids, dtype=np.int64)
-    sizes = np.bincount(ids, weights=sample_weight)[ids].astype(np.float64)
-    total = float(len(ids) if sample_weight is None else np.sum(sample_weight))
-    return np.asarray(alpha, dtype=np.float64) * (sizes / total)[:, None]

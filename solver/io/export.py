@@ -136,7 +136,7 @@ def to_onnx(est, *, input_dtype=np.float64, name: str | None = None):
         [helper.make_tensor_value_info("X", in_type, ["N", d])], outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="sodm", ir_version=IR_VERSION,
-                              doc_string="ODM / SODM classifier (solver.export.to_onnx)")
+                              doc_string="ODM / SODM classifier (solver.io.export.to_onnx)")
     meta = {"estimator": type(est).__name__, "kernel": est.kernel,
             "classes": ",".join(str(c) for c in est.classes_),
             "n_features_in": str(d)}

@@ -31,9 +31,9 @@ from typing import IO, Any
 import numpy as np
 import scipy.sparse as sp
 
-from solver.baseline_estimators import ESTIMATORS as _BASELINES
+from solver.core.training import jsonable
+from solver.estimators import BASELINE_ESTIMATORS as _BASELINES
 from solver.estimators import ODMClassifier, SODMClassifier, build_fitted
-from solver.training import jsonable
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "save_model", "load_model", "dumps", "loads"]
 

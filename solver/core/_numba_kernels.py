@@ -17,7 +17,7 @@ that the gradient of the zero variable is then nonnegative, so this is the joint
 
 ``dz`` and ``db`` are per-instance arrays: with sample weights ``c_i`` the loss term of
 instance i is multiplied by ``c_i``, which divides its dual diagonal terms by ``c_i``
-(:func:`solver.formulation.diag_vectors`); unweighted problems pass constant arrays.
+(:func:`solver.core.formulation.diag_vectors`); unweighted problems pass constant arrays.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from solver.kernels import Kernel, kernel_combination, kernel_diag, kernel_matrix
+from solver.core.kernels import Kernel, kernel_combination, kernel_diag, kernel_matrix
 
 __all__ = ["project_support"]
 

@@ -2,13 +2,13 @@
 
 Keeps ``w = sum_i y_i (zeta_i - beta_i) x_i`` so one pair update costs O(nnz(x_i)) and an
 epoch O(nnz(X)); dense arrays and CSR matrices have their own compiled loops.  Same exact pair
-update, random permutation per epoch and shrinking rule as :mod:`solver.dcd_kernel`.  The
+update, random permutation per epoch and shrinking rule as :mod:`solver.exact.dcd_kernel`.  The
 sweep's own violations decide when to stop (as in LIBLINEAR); the exact max projected-gradient
 violation is then recomputed from ``w`` and the solve goes on if it still exceeds ``tol``.
 
 With at most ``_NEWTON_MAX_FEATURES`` features (``newton=True``) a primal finite Newton solve
-(:mod:`solver.newton_linear`, d x d systems) runs first, from the warm start; its dual from the
-KKT closed forms is returned when it meets ``tol`` (``n_iter = 0`` epochs), otherwise
+(:mod:`solver.linear.newton_linear`, d x d systems) runs first, from the warm start; its dual
+from the KKT closed forms is returned when it meets ``tol`` (``n_iter = 0`` epochs), otherwise
 coordinate descent continues from it.  Dual CD needs more epochs the larger ``lam`` is;
 Newton takes a few steps of O(nnz * d) whatever ``lam`` (``docs/design-notes.md``).
 """
@@ -23,18 +23,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solver import _numba_kernels as nk
-from solver.exceptions import convergence_warning
-from solver.formulation import (
+from solver.core import _numba_kernels as nk
+from solver.core.formulation import (
     ODMParams,
     check_weights,
     default_scale,
     diag_vectors,
     dual_objective,
 )
-from solver.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
-from solver.kernels import row_sq_norms
-from solver.newton_linear import alpha_from_margins, primal_newton
+from solver.core.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
+from solver.core.kernels import row_sq_norms
+from solver.exceptions import convergence_warning
+from solver.linear.newton_linear import alpha_from_margins, primal_newton
 
 __all__ = ["LinearDualResult", "solve_linear_dual", "linear_kkt_violation"]
 
@@ -155,7 +155,7 @@ def solve_linear_dual(X, y, params: ODMParams, *, alpha0=None, m_scale: float | 
     ``should_stop()`` is polled after every epoch; a stop returns the current iterate with
     ``stopped=True``.  ``max_iter`` epochs without convergence warn with ``ConvergenceWarning``.
     ``sample_weight`` (positive, length m) multiplies each instance's loss
-    (:mod:`solver.formulation`); ``m_scale`` then defaults to the weights' sum.
+    (:mod:`solver.core.formulation`); ``m_scale`` then defaults to the weights' sum.
     """
     X, y, alpha, m_scale, sw = _checked(X, y, params, alpha0, m_scale, tol, max_iter,
                                         sample_weight)

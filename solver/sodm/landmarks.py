@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from solver.kernels import Kernel, kernel_diag, kernel_matrix
-from solver.partition import key_threshold, splitmix64
+from solver.core.kernels import Kernel, kernel_diag, kernel_matrix
+from solver.sodm.partition import key_threshold, splitmix64
 
 __all__ = ["select_landmarks", "assign_strata", "landmark_candidates", "is_candidate"]
 

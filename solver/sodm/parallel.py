@@ -4,7 +4,7 @@
 directly).  Otherwise a ``ProcessPoolExecutor`` with the *forkserver* start method (spawn where
 forkserver is unavailable) runs them; workers are fresh interpreters that import ``solver``
 (numba functions load from their on-disk cache, ``cache=True``, so compilation happens once per
-machine, not per worker); the fork server preloads ``solver.sodm`` so workers start fast.
+machine, not per worker); the fork server preloads ``solver.sodm.hierarchy`` so workers start fast.
 A stop request is forwarded to the workers through a manager ``Event``: the parent polls
 ``should_stop()`` while it waits and sets the event, and each task receives
 ``stop_event.is_set`` as its own ``should_stop``.  Results come back in task order, so the
@@ -44,7 +44,7 @@ def _context():
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")
         # the fork server imports the solver once; every worker forked from it inherits it
-        ctx.set_forkserver_preload(["solver.sodm", "solver.dsvrg"])
+        ctx.set_forkserver_preload(["solver.sodm.hierarchy", "solver.linear.dsvrg"])
         return ctx
     return mp.get_context("spawn")
 

@@ -1,7 +1,7 @@
 """Exact linear ODM in the primal: a finite Newton method (Keerthi & DeCoste's L2-SVM-MFN).
 
 With the dual's per-instance diagonal terms ``(dz_i, db_i)`` (``params.diag_terms(M)`` divided
-by the instance's weight, ``solver.formulation.diag_vectors``) the primal is
+by the instance's weight, ``solver.core.formulation.diag_vectors``) the primal is
 
     P(w) = 1/2 ||w||^2 + sum_i [ xi_i^2 / (2 dz_i) + eps_i^2 / (2 db_i) ],
     xi_i = max(0, 1 - theta - u_i),  eps_i = max(0, u_i - 1 - theta),  u_i = y_i w.x_i,
@@ -20,7 +20,7 @@ and the line search is compiled; the first step, from ``w = 0`` where every row 
 same weight, is one ``X' X``.
 
 The dual solution follows from the KKT closed forms ``zeta_i = xi_i / dz``,
-``beta_i = eps_i / db`` (so ``zeta_i * beta_i = 0``), which is how :mod:`solver.dcd_linear`
+``beta_i = eps_i / db`` (so ``zeta_i * beta_i = 0``), which is how :mod:`solver.linear.dcd_linear`
 uses this module: for data with few features it tries the Newton solve first and checks the
 recovered dual against the same KKT tolerance, falling back to coordinate descent.
 """

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from solver.core.row_blocks import EntryMoments, blocks_of
 from solver.exceptions import InvalidParameterError
-from solver.row_blocks import EntryMoments, blocks_of
 
 __all__ = ["seed_for", "problem_seed", "overall_variance", "resolve_gamma", "iterations",
            "problem_progress", "fit_info", "plain", "jsonable"]
@@ -45,7 +45,7 @@ def problem_seed(seed: int, k: int, n_problems: int) -> int:
 
 def overall_variance(X: np.ndarray | sp.csr_matrix) -> float:
     """Variance of all entries of X (implicit zeros of CSR included), merged block by block
-    (``solver.row_blocks``: the number a backend reading the rows in blocks gets too; for
+    (``solver.core.row_blocks``: the number a backend reading the rows in blocks gets too; for
     up to ``BLOCK_ROWS`` rows it is ``np.var``)."""
     moments = EntryMoments()
     for block in blocks_of(X):

@@ -57,7 +57,7 @@ beside the prediction, with the budget checked on the measured numbers.
 
 **Rows read**: before scoring anything, the search knows the largest rung its budget can
 ever allow (``row_bound``); it only touches the first ``row_bound`` rows of its stratified
-order. Given :class:`~solver.row_blocks.LazyRows` instead of a matrix (a Spark job's worker,
+order. Given :class:`~solver.core.row_blocks.LazyRows` instead of a matrix (a Spark job's worker,
 whose rows stay in the stored file), it reads just those rows, so the memory it needs
 grows with the budget, not with the data.
 """
@@ -73,9 +73,9 @@ from typing import Any
 
 import numpy as np
 
-from solver.cputime import CpuClock
+from solver.core.cputime import CpuClock
+from solver.core.row_blocks import LazyRows
 from solver.exceptions import FitCancelled
-from solver.row_blocks import LazyRows
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
            "AutoResult", "factored_faces", "is_auto", "search", "with_final_fit"]
@@ -602,7 +602,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
            weights: CVWeights | None = None) -> AutoResult:
     """Choose the ``auto`` parameters for training rows ``Xs`` (scaled) and labels ``y``.
 
-    ``Xs``: the scaled rows, or :class:`~solver.row_blocks.LazyRows` that reads the ones
+    ``Xs``: the scaled rows, or :class:`~solver.core.row_blocks.LazyRows` that reads the ones
     the search uses (the same result); ``make(values)``: a fresh exact-solver estimator
     (``ODMClassifier`` with the model's kernel, degree, coef0, upsilon, tol, max_iter,
     cache_size and intercept option, and ``scale=False`` since ``Xs`` is already scaled) at

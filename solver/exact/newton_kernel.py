@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from solver import _numba_kernels as nk
-from solver import buffers
-from solver.kernel_columns import ColumnStore
+from solver.core import _numba_kernels as nk
+from solver.core import buffers
+from solver.exact.kernel_columns import ColumnStore
 
 __all__ = [
     "NewtonWork",
@@ -485,7 +485,7 @@ class _Dual:
     store: ColumnStore
     kdiag: np.ndarray
     y: np.ndarray
-    dz: np.ndarray  # per-instance diagonal terms (solver.formulation.diag_vectors)
+    dz: np.ndarray  # per-instance diagonal terms (solver.core.formulation.diag_vectors)
     db: np.ndarray
     theta: float
     buf: np.ndarray

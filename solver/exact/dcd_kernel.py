@@ -2,7 +2,7 @@
 
 * The solver keeps ``f = K nu`` with ``nu_i = y_i (zeta_i - beta_i)`` (so ``u = Q(zeta - beta)``
   is ``y * f``) and updates each instance's pair ``(zeta_i, beta_i)`` together and exactly
-  (closed form in :mod:`solver._numba_kernels`); one kernel column per changed pair.
+  (closed form in :mod:`solver.core._numba_kernels`); one kernel column per changed pair.
 * Coordinates are visited in a fresh random permutation every epoch.
 * Shrinking (LIBLINEAR rule): an instance at ``zeta = beta = 0`` whose two gradients both exceed
   the previous epoch's max violation is dropped from the sweep; when the remaining ones meet the
@@ -11,9 +11,9 @@
   exactly from ``f`` after every epoch, O(m)); after ``max_iter`` epochs warn with
   ``ConvergenceWarning``.
 * Ill-conditioned problems (large ``lam``, wide kernels) make coordinate descent crawl; the
-  active-set Newton steps of :mod:`solver.newton_kernel` jump to the optimum once the states
-  settle (:class:`~solver.newton_kernel.NewtonSchedule` decides when to try them).
-* Kernel values come from :class:`solver.kernel_columns.ColumnStore`: the whole matrix when
+  active-set Newton steps of :mod:`solver.exact.newton_kernel` jump to the optimum once the states
+  settle (:class:`~solver.exact.newton_kernel.NewtonSchedule` decides when to try them).
+* Kernel values come from :class:`solver.exact.kernel_columns.ColumnStore`: the whole matrix when
   it fits ``cache_size``, else an LRU set of columns.  In that mode each epoch visits the
   instances whose columns are cached first, so a support set larger than the cache costs
   only the overflow in recomputed columns per epoch (not every column, which is what LRU
@@ -31,13 +31,19 @@ from typing import Any
 
 import numpy as np
 
-from solver import _numba_kernels as nk
-from solver import newton_kernel
+from solver.core import _numba_kernels as nk
+from solver.core.formulation import (
+    ODMParams,
+    check_weights,
+    default_scale,
+    diag_vectors,
+    dual_objective,
+)
+from solver.core.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
+from solver.core.kernels import Kernel, kernel_decision, kernel_diag
+from solver.exact import newton_kernel
+from solver.exact.kernel_columns import ColumnStore
 from solver.exceptions import convergence_warning
-from solver.formulation import ODMParams, check_weights, default_scale, diag_vectors, dual_objective
-from solver.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
-from solver.kernel_columns import ColumnStore
-from solver.kernels import Kernel, kernel_decision, kernel_diag
 
 __all__ = ["DualResult", "solve_kernel_dual", "kernel_kkt_violation", "kernel_decision"]
 
@@ -179,9 +185,9 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     every epoch and every ~0.25 s inside long epochs, and a stop returns the current iterate
     with ``stopped=True``.  ``kernel_dtype`` forces the kernel storage type (default: float64
     when the full matrix fits the budget in float64, float32 otherwise).  ``newton`` enables
-    the active-set Newton attempts (:mod:`solver.newton_kernel`); they only accelerate, the
+    the active-set Newton attempts (:mod:`solver.exact.newton_kernel`); they only accelerate, the
     optimum is the same.  ``sample_weight`` (positive, length m) multiplies each instance's
-    loss (:mod:`solver.formulation`); ``m_scale`` then defaults to the weights' sum.
+    loss (:mod:`solver.core.formulation`); ``m_scale`` then defaults to the weights' sum.
     """
     X, y, alpha, m_scale, sw = _checked(X, y, kernel, params, alpha0, m_scale, tol,
                                         max_iter, cache_size, sample_weight)
