@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.config import get_settings
+from app.core.config import get_settings
 
 # arbitrary constant identifying "sodm schema migration" in pg_advisory_xact_lock
 MIGRATION_LOCK_KEY = 0x50D3_A11E
@@ -54,8 +54,8 @@ def migrate(database_url: str | None = None) -> None:
 
 
 def create_key(tenant: str, name: str = "") -> str:
-    from app.db import session_scope
-    from app.services.apikeys import create_key as _create
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import create_key as _create
 
     with session_scope() as session:
         _, key = _create(session, tenant, name)
@@ -72,7 +72,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    if args.no_access_log:  # the API processes' own per-request line (app.logs) too
+    if args.no_access_log:  # the API processes' own per-request line (app.core.logs) too
         os.environ["SODM_ACCESS_LOG"] = "0"
         get_settings.cache_clear()
     s = get_settings()
@@ -85,7 +85,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         uvicorn.run("app.main:app", host=args.host or s.host, port=args.port or s.port,
                     workers=workers,
-                    access_log=False,  # app.logs writes one sodm.access line per request
+                    access_log=False,  # app.core.logs writes one sodm.access line per request
                     **uvicorn_options())
     finally:
         if made:
@@ -93,13 +93,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-HTTP_PROTOCOL = "app.http_protocol:LimitedHttpToolsProtocol"
+HTTP_PROTOCOL = "app.api.http_protocol:LimitedHttpToolsProtocol"
 
 
 def uvicorn_options() -> dict[str, Any]:
     """The uvicorn settings of every API process (``sodm serve``, ``sodm run``, the test
     stack): our HTTP protocol (limits before parsing, deadlines, connections per address:
-    ``app.http_protocol``), the keep-alive, and no forwarded headers: uvicorn's own default
+    ``app.api.http_protocol``), the keep-alive, and no forwarded headers: uvicorn's own default
     believes ``X-Forwarded-For`` from 127.0.0.1; the application believes it only from
     ``SODM_TRUSTED_PROXIES`` (``app.main``), read in the API process itself."""
     return {"http": HTTP_PROTOCOL, "timeout_keep_alive": get_settings().keep_alive_seconds,
@@ -108,8 +108,8 @@ def uvicorn_options() -> dict[str, Any]:
 
 def api_workers(asked: int | None = None) -> int:
     """The API processes to start: ``--workers``, else ``SODM_API_WORKERS``, else one per
-    core (``app.cores.default_api_workers``)."""
-    from app.cores import default_api_workers
+    core (``app.core.cores.default_api_workers``)."""
+    from app.core.cores import default_api_workers
 
     return max(1, int(asked or get_settings().api_workers or default_api_workers()))
 
@@ -117,7 +117,7 @@ def api_workers(asked: int | None = None) -> int:
 def api_command(host: str, port: int, workers: int = 1) -> list[str]:
     """The uvicorn command line of the API (``sodm run`` and the test stack), with
     ``uvicorn_options``: ``workers`` processes on one port (their environment needs
-    ``SODM_API_WORKERS`` to match). The per-request line is app.logs' ``sodm.access``, not
+    ``SODM_API_WORKERS`` to match). The per-request line is app.core.logs' ``sodm.access``, not
     uvicorn's."""
     o = uvicorn_options()
     cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", host, "--port",
@@ -142,7 +142,7 @@ def _cmd_worker_ping(args: argparse.Namespace) -> int:
     """Healthcheck of a worker: a Celery control ping to this host's node answers in time."""
     import socket
 
-    from app.services import task_client
+    from app.services.job_queue import task_client
 
     node = (args.name or "celery@%h").replace("%h", socket.gethostname())
     if task_client.ping(node, args.timeout):
@@ -245,7 +245,7 @@ def _cmd_spark_connect_ping(args: argparse.Namespace) -> int:
 
 def ensure_store() -> None:
     """The store of datasets and results exists (a bucket is created when its URL allows)."""
-    from app.services import object_store
+    from app.services.filestore import object_store
 
     try:
         object_store.ensure(object_store.get_store())
@@ -264,7 +264,7 @@ def _cmd_migrate(_: argparse.Namespace) -> int:
 
 def _cmd_backfill_hashes(_: argparse.Namespace) -> int:
     """Content hashes of the datasets stored before they existed (lineage)."""
-    from app.services.datasets import backfill_content_hashes
+    from app.services.data.dataset_catalog import backfill_content_hashes
 
     done, missing = backfill_content_hashes()
     print(f"hashed {done} dataset(s)")
@@ -281,8 +281,8 @@ def _cmd_create_key(args: argparse.Namespace) -> int:
 
 
 def _cmd_revoke_key(args: argparse.Namespace) -> int:
-    from app.db import session_scope
-    from app.services.apikeys import revoke_key
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import revoke_key
 
     try:
         with session_scope() as session:
@@ -298,8 +298,8 @@ def _cmd_revoke_key(args: argparse.Namespace) -> int:
 
 
 def _cmd_list_keys(args: argparse.Namespace) -> int:
-    from app.db import session_scope
-    from app.services.apikeys import list_keys
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import list_keys
 
     with session_scope() as session:
         keys = list_keys(session, args.tenant)
@@ -316,7 +316,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     the API's /metrics includes the worker's samples."""
     import shutil
 
-    from app.logs import configure
+    from app.core.logs import configure
     from app.supervise import Child, Supervisor
 
     s = get_settings()

@@ -19,15 +19,10 @@ from fastapi.routing import APIRoute
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import API_VERSION
-from app.auth import current_tenant, metrics_token
-from app.body_limit import BodyLimitMiddleware
-from app.config import get_settings
-from app.db import releasing
-from app.logs import RequestIdMiddleware, configure
-from app.observability import MetricsMiddleware, register_collectors
-from app.problems import ERROR_SHAPES, install_problem_handlers
-from app.ratelimit import RateLimitMiddleware
-from app.routes import (
+from app.api.auth import current_tenant, metrics_token
+from app.api.body_limit import BodyLimitMiddleware
+from app.api.ratelimit import RateLimitMiddleware
+from app.api.routes import (
     algorithms,
     dashboard,
     datasets,
@@ -42,9 +37,14 @@ from app.routes import (
     v2,
     webhooks,
 )
+from app.core.config import get_settings
+from app.core.db import releasing
+from app.core.logs import RequestIdMiddleware, configure
+from app.core.observability import MetricsMiddleware, register_collectors
+from app.core.problems import ERROR_SHAPES, install_problem_handlers
 from app.schemas.common import problem_responses
-from app.services.algorithms import ALGORITHM_NAMES
-from app.services.open_inference import error_response as oip_error_response
+from app.services.inference.open_inference import error_response as oip_error_response
+from app.services.job_queue.algorithm_specs import ALGORITHM_NAMES
 
 DESCRIPTION = """Train and serve Optimal margin Distribution Machines with the SODM algorithms.
 
@@ -59,17 +59,17 @@ SECURITY_SCHEME = {"bearer": {"type": "http", "scheme": "bearer",
 # that clients and the schemathesis run see each status the service answers with).
 _AUTHED = (400, 401, 422, 429, 500)
 ROUTER_PROBLEMS = {
-    "app.routes.health": problem_responses(503),
-    "app.routes.datasets": problem_responses(400, 422, 429, 500),
-    "app.routes.algorithms": problem_responses(401, 429, 500),
-    "app.routes.train": problem_responses(*_AUTHED, 404, 413, 507),
-    "app.routes.jobs": problem_responses(*_AUTHED, 404, 409),
-    "app.routes.models": problem_responses(*_AUTHED, 404),
-    "app.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
-    "app.routes.predictions": problem_responses(*_AUTHED, 404, 409),
-    "app.routes.invocations": problem_responses(*_AUTHED, 404, 413, 415),
-    "app.routes.v2": v2.RESPONSES,
-    "app.routes.webhooks": problem_responses(*_AUTHED, 404, 409),
+    "app.api.routes.health": problem_responses(503),
+    "app.api.routes.datasets": problem_responses(400, 422, 429, 500),
+    "app.api.routes.algorithms": problem_responses(401, 429, 500),
+    "app.api.routes.train": problem_responses(*_AUTHED, 404, 413, 507),
+    "app.api.routes.jobs": problem_responses(*_AUTHED, 404, 409),
+    "app.api.routes.models": problem_responses(*_AUTHED, 404),
+    "app.api.routes.predict": problem_responses(*_AUTHED, 404, 413, 415),
+    "app.api.routes.predictions": problem_responses(*_AUTHED, 404, 409),
+    "app.api.routes.invocations": problem_responses(*_AUTHED, 404, 413, 415),
+    "app.api.routes.v2": v2.RESPONSES,
+    "app.api.routes.webhooks": problem_responses(*_AUTHED, 404, 409),
 }
 
 
@@ -79,13 +79,14 @@ GC_THRESHOLDS = (50_000, 20, 20)  # gc.set_threshold of an API process
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
-    ``app.services.batcher``), the cache-invalidation subscriber, the ingest forkserver,
+    ``app.services.inference.batcher``), the cache-invalidation subscriber, the ingest forkserver,
     the sweep of abandoned uploads and the served margins' flusher
-    (``app.services.monitoring``); at shutdown, uploads still waiting for a parse slot are
+    (``app.services.inference.monitoring``); at shutdown, uploads still waiting for a parse slot are
     failed."""
     from threadpoolctl import threadpool_limits
 
-    from app.services import ingest_process, ingest_queue, ingest_sweep, invalidation, monitoring
+    from app.services.data import ingest_process, ingest_queue, ingest_sweep
+    from app.services.inference import invalidation, monitoring
 
     blas = threadpool_limits(1)
     invalidation.start()
@@ -111,7 +112,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         ingest_queue.stop()
         monitoring.stop()
         blas.restore_original_limits()  # an in-process app (tests) leaves BLAS as it was
-        from app.observability import process_exiting
+        from app.core.observability import process_exiting
 
         process_exiting()
 

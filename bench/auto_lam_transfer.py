@@ -30,7 +30,7 @@ DEFAULT_BETAS = (0.0, 0.5, 1.0)
 
 def run_dataset(name: str, betas: tuple[float, ...], seed: int) -> dict[str, Any]:
     from solver import SODMClassifier
-    from solver.cputime import CpuClock
+    from solver.core.cputime import CpuClock
 
     sp = load_split(name, seed=seed)
     X, Xv, y, yv = design_split(sp.X_train, sp.y_train)

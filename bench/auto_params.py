@@ -6,8 +6,8 @@ Per dataset (splits of ``bench.data``: official test files, else a stratified 80
 with seed 0; features min-max scaled on the training split):
 
 * **auto-ODM**: ``SODMClassifier(lam="auto", gamma="auto", theta="auto")`` with every other
-  parameter at its default, fitted on the training split: the search of ``solver.autotune``
-  then the final fit. CPU seconds of the process tree (``solver.cputime``) of the search and
+  parameter at its default, fitted on the training split: the search of ``solver.auto.search``
+  then the final fit. CPU seconds of the process tree (``solver.core.cputime``) of the search and
   of the final fit, as the estimator records them in ``fit_info_["auto"]``.
 * **SVC** (LIBSVM, RBF, ``cache_size`` 512 MB like ODM's default): C in 10^-2..10^5 and
   gamma in 10^-1..10^3 x the "scale" gamma 1/(d Var X) (8 x 5 = 40 points) tuned by
@@ -53,7 +53,7 @@ def _scale_gamma(X: np.ndarray) -> float:
 
 def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
     from solver import SODMClassifier
-    from solver.cputime import CpuClock
+    from solver.core.cputime import CpuClock
 
     est = SODMClassifier(lam="auto", gamma="auto", theta="auto", random_state=seed)
     with CpuClock() as clock, warnings.catch_warnings():
@@ -102,7 +102,7 @@ def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
     from sklearn.model_selection import HalvingGridSearchCV, StratifiedKFold, train_test_split
     from sklearn.svm import SVC
 
-    from solver.cputime import CpuClock
+    from solver.core.cputime import CpuClock
 
     g0 = _scale_gamma(X)
     grid = {"C": [10.0 ** c for c in SVC_LOG_C],
@@ -190,12 +190,12 @@ def _seed_summary(rows: list[dict[str, Any]], names: list[str]) -> str:
 
 
 def _override_settings(pairs: list[str]) -> Any:
-    """Replace fields of ``solver.autotune.DEFAULT_SETTINGS`` (``KEY=VALUE``, values parsed
+    """Replace fields of ``solver.auto.search.DEFAULT_SETTINGS`` (``KEY=VALUE``, values parsed
     as Python literals) for this process; returns the settings in force."""
     import ast
     import dataclasses
 
-    from solver import autotune
+    from solver.auto import search as autotune
 
     changes = {}
     for pair in pairs:

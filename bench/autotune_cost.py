@@ -1,4 +1,4 @@
-"""Calibrate the cost model of the automatic-hyperparameter search (``solver.autotune``).
+"""Calibrate the cost model of the automatic-hyperparameter search (``solver.auto.search``).
 
 The search decides which rungs and refinement steps fit its budget from *predicted* costs,
 not from the clock, so the same data and request give the same choice on any machine and
@@ -17,7 +17,7 @@ measurement's ratio of predicted to measured seconds::
 
     PYTHONPATH=. .venv/bin/python -m bench.autotune_cost [--out bench/records/autotune-cost.json]
 
-``docs/auto-params.md`` records the run the constants in ``solver/autotune.py`` came from.
+``docs/auto-params.md`` records the run the constants in ``solver/auto/search.py`` came from.
 
 Each kernel fit also records its epochs and the size of every face the active-set Newton
 step factored (``faces``); the command then fits, the same way, the rows-only model, one that
@@ -25,7 +25,7 @@ adds those factorizations' work ``c3 * sum(s**3) / 3`` and one that also adds th
 ``c4 * epochs * m**2``, and prints their errors by lam: what a cost model of rows alone
 leaves out (docs/auto-params.md, "The budget, measured").
 
-Last, it runs the kernel search itself (``solver.autotune.search``, lam, gamma and theta
+Last, it runs the kernel search itself (``solver.auto.search.search``, lam, gamma and theta
 "auto", a fixed budget of ``--search-budget`` seconds) on each dataset's training split and
 fits the same three-term model to what every scored candidate cost (``search_constants``:
 its k folds, fits, predictions and the search's own overhead, against its rows and the faces
@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 
 from bench.data import load_split
-from solver.autotune import factored_faces
-from solver.newton_kernel import NewtonWork
+from solver.auto.search import factored_faces
+from solver.exact.newton_kernel import NewtonWork
 
 DATASETS = ("svmguide1", "phishing", "a9a", "ijcnn1", "cod-rna")
 ROWS = (333, 1000, 3000, 6000)
@@ -166,7 +166,7 @@ def search_entries(budget: float, seed: int = 0) -> list[dict[str, Any]]:
     gamma, theta "auto", the default settings but a fixed budget of ``budget`` predicted
     seconds): its rows, the faces of each fold, and its measured CPU seconds."""
     from solver import ODMClassifier
-    from solver.autotune import AUTO_PARAMS, SearchSettings, search
+    from solver.auto.search import AUTO_PARAMS, SearchSettings, search
 
     out: list[dict[str, Any]] = []
     for name in DATASETS:

@@ -78,12 +78,12 @@ def _n_sv(est: Any) -> int | None:
 
 def model_bytes(est: Any) -> int | None:
     """Bytes of the stored model: our estimators in their file format
-    (``solver.model_io.dumps``, a deflated zip of .npy arrays); scikit-learn ones as a
+    (``solver.io.model_io.dumps``, a deflated zip of .npy arrays); scikit-learn ones as a
     deflated ``.npz`` of every fitted array attribute (every step of a pipeline), the same
     kind of container."""
     est = getattr(est, "model_", None) or est  # the Spark rows wrap a fitted SODMClassifier
     try:
-        from solver.model_io import dumps
+        from solver.io.model_io import dumps
 
         return len(dumps(est))
     except (ValueError, TypeError, AttributeError):

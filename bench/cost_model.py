@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from solver.sodm import resolve_structure
+from solver.sodm.hierarchy import resolve_structure
 
 __all__ = ["fit_cost_model", "predict", "check_rows", "PREDICTIONS"]
 

@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 
 from bench.data import load_split
-from solver.dcd_linear import solve_linear_dual
-from solver.dsvrg import sodm_linear
-from solver.formulation import ODMParams, lipschitz_constant, primal_objective_linear
+from solver.core.formulation import ODMParams, lipschitz_constant, primal_objective_linear
+from solver.linear.dcd_linear import solve_linear_dual
+from solver.linear.dsvrg import sodm_linear
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import time
 import numpy as np
 
 from bench.data import load_split
-from solver.dcd_linear import solve_linear_dual
-from solver.dsvrg import sodm_linear
-from solver.formulation import ODMParams, primal_objective_linear
+from solver.core.formulation import ODMParams, primal_objective_linear
+from solver.linear.dcd_linear import solve_linear_dual
+from solver.linear.dsvrg import sodm_linear
 
 # (lam, theta) chosen by the benchmark's 3-fold CV for the odm-linear family; upsilon = 0.5
 SETTINGS = {"svmguide1": (1e3, 0.8), "phishing": (10.0, 0.8), "a9a": (100.0, 0.5),

@@ -1,12 +1,12 @@
 """The kernel solver's direct Newton step and kernel allocation, measured on one core.
 
-Reproduces the numbers behind the constants of ``solver/newton_kernel.py`` and
-``solver/buffers.py`` (``docs/design-notes.md``):
+Reproduces the numbers behind the constants of ``solver/exact/newton_kernel.py`` and
+``solver/core/buffers.py`` (``docs/design-notes.md``):
 
 1. Cholesky of a 5,000-row RBF face system in float64 vs float32 (``FaceSystems`` factors
    in float32 and refines in float64);
 2. the float32 RBF kernel of 12,500 ijcnn1 rows computed into a fresh ``np.empty`` array,
-   into ``solver.buffers.empty`` (pages mapped up front) and into an already-touched array;
+   into ``solver.core.buffers.empty`` (pages mapped up front) and into an already-touched array;
 3. one 12,500-row ijcnn1 partition (lam = 1e5, gamma = 100/22, theta = 0.2, upsilon = 0.5,
    cache_size = 1024, tol = 1e-3) solved with several ``DIRECT_MAX_FACE`` caps, and one
    14,884-row cod-rna partition (the benchmark's settings): epochs, the face size of every
@@ -25,11 +25,11 @@ from scipy.linalg import cho_factor
 from threadpoolctl import threadpool_limits
 
 from bench.data import load_split
-from solver import buffers
-from solver import dcd_kernel as dk
-from solver import newton_kernel as nwt
-from solver.formulation import ODMParams
-from solver.kernels import Kernel, kernel_matrix
+from solver.core import buffers
+from solver.core.formulation import ODMParams
+from solver.core.kernels import Kernel, kernel_matrix
+from solver.exact import dcd_kernel as dk
+from solver.exact import newton_kernel as nwt
 
 
 def _seconds(fn) -> float:

@@ -50,11 +50,13 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from bench.data import load_split
-from solver.dcd_kernel import kernel_kkt_violation
+from solver.core.formulation import ODMParams, dual_objective
+from solver.core.kernels import Kernel, kernel_decision
 from solver.estimators import average_local_duals
-from solver.formulation import ODMParams, dual_objective
-from solver.kernels import Kernel, kernel_decision
-from solver.partition import (
+from solver.exact.dcd_kernel import kernel_kkt_violation
+from solver.exact.reduction import project_support
+from solver.sodm.hierarchy import sodm_kernel, solve_partition, stratify
+from solver.sodm.partition import (
     deal_partitions,
     level_ids,
     local_seed,
@@ -62,8 +64,6 @@ from solver.partition import (
     row_keys,
     stratified_partitions,
 )
-from solver.reduction import project_support
-from solver.sodm import sodm_kernel, solve_partition, stratify
 
 __all__ = ["TASKS", "CONFIGS", "PUBLISHED", "Task", "load_task", "split_task", "level_curve",
            "level_curves", "theorem1", "theorem2", "run", "report_lines"]
@@ -162,7 +162,7 @@ def _evaluate_model(task: Task, kernel: Kernel, Xs: np.ndarray, coef: np.ndarray
 def budget_rows(task: Task, kernel: Kernel, alpha: np.ndarray, ids: np.ndarray | None,
                 budgets: list[int], *, seed: int = 0) -> list[dict[str, Any]]:
     """The model projected onto ``budget`` support vectors (the estimators'
-    ``max_support_vectors``, :func:`solver.reduction.project_support`), for every budget."""
+    ``max_support_vectors``, :func:`solver.exact.reduction.project_support`), for every budget."""
     sv, coef = _model_rows(task, alpha, ids)
     Xs = task.X_fit[sv]
     rows = [{"task": task.name, "budget": None, "reduce_cpu_s": 0.0,

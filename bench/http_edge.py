@@ -2,7 +2,7 @@
 client's request stall everyone else's?
 
 Starts its own stack (``bench.service_load.Stack``: a fresh database, one uvicorn process
-with this project's protocol, ``app.http_protocol``, one worker), trains a small model
+with this project's protocol, ``app.api.http_protocol``, one worker), trains a small model
 (linear SODM on heart_scale), then starts a *peer* API process on the same database and
 Redis running uvicorn's own httptools protocol (``--http httptools``: what served the API
 before). Against each, with the default settings:
@@ -326,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nice", type=int, default=10, help="added to the attackers' niceness")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from app.db import session_scope
-    from app.services.apikeys import create_key
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import create_key
     from bench.service_load import Stack, upload_libsvm, wait_jobs
     from tests.fixtures.stack import ApiServer
 

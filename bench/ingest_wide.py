@@ -4,8 +4,8 @@ Two rows of many features are the uploads whose cost per byte was out of proport
 (issue 36): a Parquet file of 2 rows x N columns (its schema was rebuilt once per column,
 quadratic in N) and a two-line LIBSVM file whose first line holds N features (stored dense:
 one Parquet column per feature, ~300 bytes of overhead each). For each it generates the
-file, then measures ``app.services.ingest.parse_file`` and
-``app.services.storage.write_dataset_files`` in this process: CPU and wall seconds, the
+file, then measures ``app.services.data.ingest.parse_file`` and
+``app.services.filestore.storage.write_dataset_files`` in this process: CPU and wall seconds, the
 layout and the stored bytes against the upload's bytes. Only those two stable functions
 are called, so the same command measures an older checkout (``PYTHONPATH=<checkout>``).
 
@@ -38,8 +38,8 @@ def write_libsvm(path: Path, n_features: int) -> None:
 
 
 def measure(path: Path, fmt: str, work: Path) -> dict[str, object]:
-    from app.services import storage
-    from app.services.ingest import parse_file
+    from app.services.data.ingest import parse_file
+    from app.services.filestore import storage
 
     t0, c0 = time.perf_counter(), time.process_time()
     parsed = parse_file(path, fmt, "label")

@@ -1,7 +1,7 @@
-"""What recording the served margins (``app.services.monitoring``) costs a prediction, in
+"""What recording the served margins (``app.services.inference.monitoring``) costs a prediction, in
 one process, so that the machine's load hits both sides alike.
 
-It runs ``app.services.predictor.predict`` (the path every prediction route shares: cached
+It runs ``app.services.inference.predictor.predict`` (the path every prediction route shares: cached
 model, the evaluation slot and micro-batcher, the kernel sum, the margin record, the answer's
 labels) on the ``bench.serving`` model (SODM rbf on ijcnn1), for request sizes of 1, 64 and
 1000 rows, in rounds that alternate the recording on and off (``Recorder.observe`` replaced
@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SODM_PREDICT_THREADS", "1")
     from threadpoolctl import threadpool_limits
 
-    from app.config import get_settings
-    from app.services import monitoring, predictor
+    from app.core.config import get_settings
+    from app.services.inference import monitoring, predictor
 
     get_settings.cache_clear()
-    from app.services.evaluator import ServingModel
-    from solver.model_io import loads
+    from app.services.inference.evaluator import ServingModel
+    from solver.io.model_io import loads
 
     model_bytes = ensure_model().read_bytes()
     m = _Row("bench", "bench", 1, 22, hashlib.sha256(model_bytes).hexdigest())

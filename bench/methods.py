@@ -53,7 +53,7 @@ def _odm_kw(params: dict) -> dict:
 def _make_odm_rbf(cls_name: str, **extra: Any) -> Callable[[dict, int, int], Any]:
     def make(params: dict, seed: int, n_jobs: int) -> Any:
         import solver
-        import solver.baseline_estimators as be
+        import solver.estimators as be
 
         cls = getattr(solver, cls_name, None) or getattr(be, cls_name)
         kw = dict(kernel="rbf", gamma=_gamma(params, params["d"]), cache_size=CACHE_MB,
@@ -80,7 +80,7 @@ def _make_sodm_linear(params: dict, seed: int, n_jobs: int) -> Any:
 
 
 def _make_svrg(params: dict, seed: int, n_jobs: int) -> Any:
-    from solver.baseline_estimators import SVRGODMClassifier
+    from solver.estimators import SVRGODMClassifier
 
     return SVRGODMClassifier(random_state=seed, **_odm_kw(params))
 

@@ -5,7 +5,7 @@ builds a model of exactly that shape from cod-rna.t's own first 171,400 rows (mi
 seeded random dual coefficients: the bytes have the size and entropy of the real model's),
 then, in one command, on a fresh Postgres database migrated by this tree:
 
-* ``dump``: the portable file's bytes (``solver.model_io``) and their size;
+* ``dump``: the portable file's bytes (``solver.io.model_io``) and their size;
 * ``insert``: the model row and its ``model_blobs`` row in one transaction;
 * ``load from Postgres``: ``model_store.load`` (read, sha256 check, parse) in a cold process
   state, against ``load from a file``: the same checked load from a local file (the layout
@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from migrations import upgrade_head
 
         upgrade_head(url)
-        from app.db import session_scope
-        from app.services import model_store
-        from app.services.apikeys import create_key
-        from solver.model_io import loads
+        from app.core.db import session_scope
+        from app.services.model_registry import model_store
+        from app.services.tenancy.apikeys import create_key
+        from solver.io.model_io import loads
         from tests.service.model_rows import dataset_row, register_model
 
         t0 = time.perf_counter()

@@ -545,7 +545,7 @@ def protocol_lines(results: dict) -> list[str]:
         f"- **Memory budget of the kernel solvers**: `cache_size={cfg['cache_mb']:.0f}` MB of "
         "kernel values per kernel solve; SVC gets the same `cache_size`.",
         "- **Model size**: #SV = support vectors (Nystroem: its landmarks; linear ODM: the "
-        "instances outside the θ band); model KB = our model file (`solver.model_io`, a "
+        "instances outside the θ band); model KB = our model file (`solver.io.model_io`, a "
         "deflated zip of .npy arrays) or, for scikit-learn models, a deflated `.npz` of every "
         "fitted array; predict ms / 1k rows = wall milliseconds of `predict` on the test split "
         "per 1,000 rows, one core.",

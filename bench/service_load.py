@@ -261,8 +261,8 @@ class Stack:
         self.api.wait_live()
         self.worker = WorkerProcess(env, workdir / "worker.log", concurrency)
         self.worker.wait_ready()
-        from app.db import session_scope
-        from app.services.apikeys import create_key
+        from app.core.db import session_scope
+        from app.services.tenancy.apikeys import create_key
 
         with session_scope() as s:
             tenant, self.key = create_key(s, "load")

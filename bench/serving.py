@@ -25,7 +25,7 @@ limit (one key could not pass the default 600 a minute).
 goes (``bench/serving_profile.py``). ``--offline`` adds batch decision values in this
 process, rows/s on one thread: ours (``decision_function``), scikit-learn's
 ``SVC.decision_function`` on the same support vectors and coefficients, and onnxruntime on
-the graph of ``solver.export.to_onnx_bytes`` once that export (issue 16) is there.
+the graph of ``solver.io.export.to_onnx_bytes`` once that export (issue 16) is there.
 
     apt-get install wrk
     .venv/bin/python -m bench.serving --tree after=. --workers 2 --profile
@@ -75,15 +75,15 @@ url, data_dir, model_file, n_sv = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[
 os.environ.update(DATABASE_URL=url, SODM_DATA_DIR=str(data_dir))
 from migrations import upgrade_head
 upgrade_head(url)
-from app.db import session_scope
-from app.models import Dataset, Job, Model, new_id
-from app.services.apikeys import create_key
+from app.core.db import session_scope
+from app.core.orm import Dataset, Job, Model, new_id
+from app.services.tenancy.apikeys import create_key
 rel = "models/bench.sodm"
 (data_dir / "models").mkdir(parents=True, exist_ok=True)
 shutil.copyfile(model_file, data_dir / rel)
 import io, zipfile
 import solver
-from solver.model_io import load_model
+from solver.io.model_io import load_model
 with zipfile.ZipFile(model_file) as zin:
     header = json.loads(zin.read("header.json"))
     known = set(getattr(solver, header["estimator"])().get_params(deep=False))
@@ -118,7 +118,7 @@ with session_scope() as s:
               classes=[-1, 1], n_support_vectors=int(n_sv), file_sha256=sha, **stored)
     s.add(m); s.flush()
     if not stored:
-        from app.models import ModelBlob
+        from app.core.orm import ModelBlob
         s.add(ModelBlob(model_id=m.id, data=(data_dir / rel).read_bytes())); s.flush()
     job.model_id = m.id
     print(json.dumps({"key": key, "model_id": m.id}))
@@ -150,7 +150,7 @@ def ensure_model() -> Path:
     from sklearn.datasets import load_svmlight_file
 
     from solver.estimators import SODMClassifier
-    from solver.model_io import save_model
+    from solver.io.model_io import save_model
 
     with lzma.open(DATASETS / "ijcnn1.xz", "rb") as fh:
         X, y = load_svmlight_file(fh, n_features=N_FEATURES)
@@ -231,7 +231,7 @@ def offline_batch(est: Any, X: np.ndarray) -> dict[str, Any]:
         try:
             import onnxruntime as ort
 
-            from solver.export import to_onnx_bytes  # issue 16, part 5
+            from solver.io.export import to_onnx_bytes  # issue 16, part 5
         except ImportError as exc:
             res["onnxruntime_rows_per_s"] = None
             res["onnxruntime_note"] = f"not measured: {exc} (the ONNX export of issue 16)"
@@ -408,8 +408,8 @@ def bench_tree(name: str, tree: Path, workers: int, args: argparse.Namespace, es
         raise RuntimeError(f"registering the model in {tree} failed:\n{out.stderr}")
     reg = json.loads(out.stdout.strip().splitlines()[-1])
     server = Server(tree, env, workers, workdir / f"api-{name}.log", as_run=args.as_run)
-    if not workers:  # the command's default: one per core (app.cores)
-        from app.cores import default_api_workers
+    if not workers:  # the command's default: one per core (app.core.cores)
+        from app.core.cores import default_api_workers
 
         workers = default_api_workers()
     res: dict[str, Any] = {"tree": os.path.relpath(tree, REPO), "workers": workers,
@@ -551,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = {n: int(given) for n, _ in trees} if "=" not in given else {
         k: int(v) for k, v in (p.split("=") for p in given.split(","))}
 
-    from solver.model_io import load_model
+    from solver.io.model_io import load_model
 
     est = load_model(ensure_model())
     X_big = test_rows(args.batch_rows)

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     from solver import ODMClassifier
-    from solver.autotune import factored_faces
+    from solver.auto.search import factored_faces
 
     s = load_split(a.dataset)
     X, y = np.asarray(s.X_train, dtype=float), s.y_train  # min-max scaled by load_split

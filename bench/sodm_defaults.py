@@ -8,7 +8,7 @@ the relative dual gap of the returned solution on the global problem (local dual
 the global scale) against the exact solver.
 
 1. ``--part partitions``: the exact solver against one level of ``p`` partitions, for the
-   smallest partition worth making (``solver.sodm.MIN_LEVEL_PARTITION_ROWS``);
+   smallest partition worth making (``solver.sodm.hierarchy.MIN_LEVEL_PARTITION_ROWS``);
 2. ``--part variants``: one setting at a time around the defaults (levels, n_strata,
    warm start, final global solve);
 3. ``--part lam``: the exact solver for lam in 1 .. 1e5 (the estimators' default ``lam``).
@@ -27,9 +27,9 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from bench.data import load_split
-from solver.formulation import ODMParams, dual_objective
-from solver.kernels import Kernel, kernel_decision
-from solver.sodm import sodm_kernel
+from solver.core.formulation import ODMParams, dual_objective
+from solver.core.kernels import Kernel, kernel_decision
+from solver.sodm.hierarchy import sodm_kernel
 
 PARAMS = ODMParams(lam=1000.0, upsilon=0.5, theta=0.2)
 VAL_FRACTION = 0.2

@@ -19,10 +19,10 @@ from sklearn.svm import SVC
 
 from bench.data import load_split
 from bench.proc_meter import TreeMeter
-from solver.dcd_kernel import kernel_decision
-from solver.formulation import ODMParams
-from solver.kernels import Kernel
-from solver.sodm import default_levels, sodm_kernel
+from solver.core.formulation import ODMParams
+from solver.core.kernels import Kernel
+from solver.exact.dcd_kernel import kernel_decision
+from solver.sodm.hierarchy import default_levels, sodm_kernel
 
 # dataset -> (lam, gamma * d, theta, upsilon): grid-search winners of the workstation run
 # (bench/records/benchmarks-workstation-2026-11-25.md, CV on 10,000 rows)

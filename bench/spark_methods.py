@@ -10,7 +10,7 @@ way by ``bench.warm``).
 ``fit`` writes the training split in the service's storage layout (Parquet + meta.json, as an
 upload leaves it; tens of milliseconds) and trains from that file:
 
-* SODM: ``worker.spark_backend.train_on_spark``, the service's own path (DataFrame API,
+* SODM: ``worker.spark.spark_backend.train_on_spark``, the service's own path (DataFrame API,
   ``applyInPandas`` local solves); prediction with the returned fitted ``SODMClassifier``.
 * MLlib ``LinearSVC`` (OWL-QN on the hinge loss): LIBLINEAR's tuned ``C`` is mapped to
   ``regParam = 1 / (C n)`` with ``standardization=False`` (the same objective up to the
@@ -33,9 +33,9 @@ import numpy as np
 
 def write_dataset(directory: Path, X: np.ndarray, y: np.ndarray,
                   row_group_size: int = 8192) -> Path:
-    """``X, y`` stored as an upload leaves them (``app.services.storage``), in row groups of
-    ``row_group_size`` rows (the Spark read splits)."""
-    from app.services.storage import write_dataset_files
+    """``X, y`` stored as an upload leaves them (``app.services.filestore.storage``), in row groups
+    of ``row_group_size`` rows (the Spark read splits)."""
+    from app.services.filestore.storage import write_dataset_files
 
     directory.mkdir(parents=True, exist_ok=True)
     write_dataset_files(directory, X, y, row_group_size=row_group_size)
@@ -45,7 +45,7 @@ def write_dataset(directory: Path, X: np.ndarray, y: np.ndarray,
 def local_settings(cores: int) -> Any:
     """Service settings for a classic ``local[cores]`` session, with the environment its
     Python workers need (this interpreter, loopback only)."""
-    from app.config import Settings
+    from app.core.config import Settings
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -71,7 +71,7 @@ class _OnSpark:
     """Starts the ``local[cores]`` session at construction (outside the timed fit)."""
 
     def __init__(self, cores: int) -> None:
-        from worker.spark_backend import spark_session
+        from worker.spark.spark_backend import spark_session
 
         self.settings = local_settings(cores)
         with spark_session(self.settings, job_id="bench-start") as spark:
@@ -99,7 +99,7 @@ class SparkSODM(_OnSpark):
         self._warm_up()
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> SparkSODM:
-        from worker.spark_backend import train_on_spark
+        from worker.spark.spark_backend import train_on_spark
 
         self.model_ = train_on_spark(self._store(X, y), self.params, self.seed, None, None,
                                      f"bench-sodm-{self.seed}", settings=self.settings)
@@ -120,7 +120,7 @@ class MLlibLinearSVC(_OnSpark):
         self._warm_up()
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> MLlibLinearSVC:
-        from worker.spark_backend import spark_session
+        from worker.spark.spark_backend import spark_session
 
         self.classes_ = np.unique(y)
         path = self._store(X, np.where(y == self.classes_[1], 1, -1))

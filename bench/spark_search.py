@@ -1,6 +1,6 @@
 """Grid search with k-fold CV: the Spark backend's fold step against the local one.
 
-Runs ``worker.search.grid_search`` twice on the same rows, folds and grid: with
+Runs ``worker.training.search.grid_search`` twice on the same rows, folds and grid: with
 ``local_fit_score`` (fits in this process) and with ``spark_fit_score`` (each fold's fit is
 Spark jobs on a classic ``local[cores]`` session, the validation rows scored here), and
 prints wall and CPU seconds of each (``bench.proc_meter``, the whole process tree), their
@@ -43,12 +43,12 @@ def main() -> None:
 
     from sklearn.datasets import load_svmlight_file
 
-    from app.config import Settings
-    from app.services.storage import write_dataset_files
+    from app.core.config import Settings
+    from app.services.filestore.storage import write_dataset_files
     from bench.proc_meter import TreeMeter
     from solver import SODMClassifier
-    from worker.search import grid_search, local_fit_score, spark_fit_score
-    from worker.spark_backend import SparkJob
+    from worker.spark.spark_backend import SparkJob
+    from worker.training.search import grid_search, local_fit_score, spark_fit_score
 
     with lzma.open(DATASETS / f"{args.dataset}.xz", "rb") as fh:
         X, y = load_svmlight_file(fh)

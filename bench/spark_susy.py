@@ -9,7 +9,7 @@ The training set is written once in the service's storage layout (Parquet, row g
 65,536 rows, + ``meta.json``) and read by Spark by path; a separate test set (other seed)
 gives the accuracy.
 
-Spark runs in classic ``local[cores]`` mode through ``worker.spark_backend.train_on_spark``
+Spark runs in classic ``local[cores]`` mode through ``worker.spark.spark_backend.train_on_spark``
 with the driver JVM heap capped by ``--driver-memory``; ``bench.proc_meter.TreeMeter``
 records the peak RSS and the CPU seconds of this process plus every child (JVM, Python
 workers): the memory actually used and the work done.
@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--driver-memory", default="2g", help="driver JVM heap (-Xmx)")
     ap.add_argument("--p", type=int, default=None,
-                    help="merge fan-in (default: solver.sodm.default_p from --cache-size)")
+                    help="merge fan-in "
+                         "(default: solver.sodm.hierarchy.default_p from --cache-size)")
     ap.add_argument("--levels", type=int, default=None)
     ap.add_argument("--cache-size", type=float, default=512.0, help="MB per local solve")
     ap.add_argument("--epochs", type=int, default=None)
@@ -113,10 +114,10 @@ def main() -> None:
     os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} pyspark-shell"
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    from app.config import Settings
+    from app.core.config import Settings
     from bench.proc_meter import TreeMeter
     from bench.spark_methods import write_dataset
-    from worker.spark_backend import spark_session, stop_classic_session, train_on_spark
+    from worker.spark.spark_backend import spark_session, stop_classic_session, train_on_spark
 
     if args.algo == "linear":
         params: dict = {"kernel": "linear", "lam": 100.0}

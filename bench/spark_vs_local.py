@@ -3,7 +3,7 @@
 For every dataset: the training file is written in the service's storage layout (Parquet +
 meta.json), the local backend fits ``SODMClassifier`` with ``n_jobs = cores`` (after one
 small warm-up fit in this process, which loads the compiled loops) and the Spark backend
-trains through ``worker.spark_backend.train_on_spark`` on a fresh classic ``local[cores]``
+trains through ``worker.spark.spark_backend.train_on_spark`` on a fresh classic ``local[cores]``
 session, twice: the *first* fit after the session starts (it also starts Spark's Python
 workers, imports the solver in them and warms the JVM: one-time costs of a worker process)
 and a *second*, warm fit, which is what every later job of a running service pays; the
@@ -60,11 +60,11 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    from app.config import Settings
+    from app.core.config import Settings
     from bench.proc_meter import TreeMeter
     from bench.spark_methods import write_dataset
     from solver import SODMClassifier
-    from worker.spark_backend import spark_session, stop_classic_session, train_on_spark
+    from worker.spark.spark_backend import spark_session, stop_classic_session, train_on_spark
 
     params = {"kernel": "rbf", "lam": 1000.0}
     if args.n_strata is not None:

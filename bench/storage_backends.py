@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
 
-    from app.services import object_store, storage
+    from app.services.filestore import object_store, storage
     from bench.data import load_split
     from solver.spark import fit_spark
     from solver.spark.data import load_frame

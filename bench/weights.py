@@ -9,7 +9,7 @@ model fitted with the estimator's defaults (no tuning), once without weights and
 ``class_weight="balanced"``; scored on the whole official test file (its own class ratio;
 balanced accuracy does not depend on it) and on a 1:20 subsample of it. Prints one line per
 fit: accuracy, balanced accuracy, the recall of each class and the fit's CPU seconds
-(``solver.cputime``: the whole process tree).
+(``solver.core.cputime``: the whole process tree).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     import solver
-    from solver.cputime import CpuClock
+    from solver.core.cputime import CpuClock
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()

@@ -1,5 +1,5 @@
-"""Alembic environment: the URL comes from ``app.config`` (or the caller), the target
-metadata from ``app.models``; SQLite runs in batch mode so ALTERs work there too."""
+"""Alembic environment: the URL comes from ``app.core.config`` (or the caller), the target
+metadata from ``app.core.orm``; SQLite runs in batch mode so ALTERs work there too."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import logging.config
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from app.config import get_settings
-from app.models import Base
+from app.core.config import get_settings
+from app.core.orm import Base
 
 config = context.config
 if config.config_file_name and not config.attributes.get("skip_logging"):

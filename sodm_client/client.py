@@ -348,7 +348,7 @@ class Client:
         self.request("DELETE", f"/models/{model_id}")
 
     def download_model(self, model_id: str, path: str | Path, onnx: bool = False) -> Path:
-        """The model file (``solver.model_io.load_model`` reads it) or its ONNX graph."""
+        """The model file (``solver.io.model_io.load_model`` reads it) or its ONNX graph."""
         return self._download(f"/models/{model_id}/{'onnx' if onnx else 'file'}", path)
 
     def list_aliases(self, name: str) -> list[AliasOut]:

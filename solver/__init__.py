@@ -1,7 +1,7 @@
 """Optimal margin Distribution Machines: exact ODM and scalable SODM (Wang et al., IJCAI-23).
 
 Public entry points: ``ODMClassifier`` / ``SODMClassifier`` (scikit-learn estimators),
-``solver.model_io`` (portable model files), ``solver.margins`` (margin statistics) and
+``solver.io.model_io`` (portable model files), ``solver.margins`` (margin statistics) and
 ``solver.exceptions.FitCancelled``.
 
 The estimators (and with them scikit-learn, a slow import) load on first use, so the

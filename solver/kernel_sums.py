@@ -1,5 +1,5 @@
 """Kernel sums for code outside ``solver/`` (the service's serving path and the worker's
-warm-up): the public face of the compiled loops in ``solver._numba_kernels``.
+warm-up): the public face of the compiled loops in ``solver.core._numba_kernels``.
 
 Given a block ``G = Z @ SV.T`` of inner products, each function adds
 ``sum_j k(z_i, sv_j) coef[j]`` to ``out[i]`` without storing the kernel block."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver import _numba_kernels as _nk
+from solver.core import _numba_kernels as _nk
 
 
 def add_rbf_sums(G: np.ndarray, sa: np.ndarray, sb: np.ndarray, gamma: float,

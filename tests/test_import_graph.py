@@ -1,6 +1,9 @@
 """The import graph of the product code (``app``, ``worker``, ``solver``, ``migrations``,
 ``bench``) has no circle, and the layers hold: ``app`` never imports ``worker`` or pyspark,
-``solver`` imports nothing of ``app`` or ``worker`` (pyspark only under ``solver/spark``).
+``solver`` imports nothing of ``app`` or ``worker`` (pyspark only under ``solver/spark``), the
+shared domain (``app.core``, ``app.schemas``, ``app.services``) never imports the HTTP layer
+(``app.api``, ``app.main``, ``app.cli``), and the worker reaches no HTTP module, not even
+through the domain modules it imports.
 
 Every import counts, also one inside a function: a lazy import hides a circle from the
 interpreter, not from the reader."""
@@ -136,3 +139,62 @@ def test_layers() -> None:
     outside_spark = {m: n for m, n in _imports_of(raw, "solver").items()
                      if not m.startswith("solver.spark")}
     assert _offenders(outside_spark, ("pyspark",)) == []
+
+
+HTTP_LAYER = ("app.api", "app.main", "app.cli")
+DOMAIN = ("app.core", "app.schemas", "app.services")
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_domain_never_imports_the_http_layer() -> None:
+    """What the API and the worker share imports nothing of the routes, the middleware or the
+    entry points: the HTTP layer stands on the domain, never the other way round."""
+    _, raw = import_graph()
+    domain = {m: names for m, names in raw.items() if _within(m, DOMAIN)}
+    assert len(domain) > 40  # the walk found the domain
+    assert sorted(f"{m} -> {n}" for m, names in domain.items() for n in names
+                  if _within(n, HTTP_LAYER)) == []
+
+
+def reached(edges: dict[str, set[str]], roots: list[str], forbidden: tuple[str, ...]
+            ) -> list[str]:
+    """Every chain of imports from one of ``roots`` to a module under ``forbidden``, as
+    ``"a -> b -> c"`` (the shortest found first, one per forbidden module)."""
+    parent: dict[str, str | None] = {r: None for r in roots}
+    queue = list(roots)
+    found = []
+    while queue:
+        node = queue.pop(0)
+        for child in sorted(edges.get(node, ())):
+            if child in parent:
+                continue
+            parent[child] = node
+            if _within(child, forbidden):
+                chain, at = [child], node
+                while at is not None:
+                    chain.append(at)
+                    at = parent[at]
+                found.append(" -> ".join(reversed(chain)))
+            else:
+                queue.append(child)
+    return found
+
+
+def test_the_worker_reaches_no_http_module() -> None:
+    """``worker`` imports only the domain side of ``app``, and so does every module it
+    imports, all the way down."""
+    edges, _ = import_graph()
+    roots = sorted(m for m in edges if _within(m, ("worker",)))
+    assert reached(edges, roots, HTTP_LAYER) == []
+    domain = reached(edges, roots, ("app.core.orm", "app.services.filestore.storage"))
+    assert len(domain) == 2  # the walk does reach the domain
+
+
+def test_reached_finds_a_chain() -> None:
+    """The check itself: a module two imports away is reported with its chain."""
+    edges = {"w": {"s"}, "s": {"api.x", "core"}, "core": set(), "api.x": set()}
+    assert reached(edges, ["w"], ("api",)) == ["w -> s -> api.x"]
+    assert reached(edges, ["core"], ("api",)) == []

@@ -1,7 +1,7 @@
 """Product code imports no private name (``_x``) from another module: what modules share is
-public (``solver.training``, ``solver.levels``, ...). A private *module* (``solver._numba_kernels``,
-the compiled kernels) is imported only inside its own package: the service and the worker
-reach it through public modules (``solver.kernel_sums``)."""
+public (``solver.core.training``, ``solver.sodm.levels``, ...). A private *module*
+(``solver.core._numba_kernels``, the compiled kernels) is imported only inside its own
+package: the service and the worker reach it through public modules (``solver.kernel_sums``)."""
 
 from __future__ import annotations
 

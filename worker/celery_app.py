@@ -1,11 +1,11 @@
 """The worker's Celery application: the broker settings it shares with the service's task
-client (``app.services.task_client.celery_config``: Redis in the real stack, kombu's
+client (``app.services.job_queue.task_client.celery_config``: Redis in the real stack, kombu's
 SQLAlchemy transport on the embedded defaults), reliability settings for long training tasks
 (late acks, one message at a time, time limits) and the reaper thread of every worker.
 
 Postgres holds the job state; results are ignored. ``acks_late`` + ``reject_on_worker_lost``
-redeliver a job whose pool child died; the claim in ``worker.lease`` and the attempt counter
-make that redelivery safe and bounded.
+redeliver a job whose pool child died; the claim in ``worker.lifecycle.lease`` and the attempt
+counter make that redelivery safe and bounded.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from app.config import get_settings
-from app.services.task_client import celery_config
-from app.services.task_client import transport_options as transport_options_of
+from app.core.config import get_settings
+from app.services.job_queue.task_client import celery_config
+from app.services.job_queue.task_client import transport_options as transport_options_of
 
 
 def _visibility_timeout() -> int:
@@ -80,8 +80,8 @@ celery_app = make_celery()
 
 @setup_logging.connect
 def _logging(**_: object) -> None:
-    """The service's log format (``app.logs``) instead of Celery's own setup."""
-    from app.logs import configure
+    """The service's log format (``app.core.logs``) instead of Celery's own setup."""
+    from app.core.logs import configure
 
     s = get_settings()
     configure(s.log_format, s.log_level)
@@ -90,7 +90,7 @@ def _logging(**_: object) -> None:
 @worker_process_init.connect
 def _fresh_db_pool(**_: object) -> None:
     """A forked pool child must not share the parent's pooled database connections."""
-    from app.db import get_engine
+    from app.core.db import get_engine
 
     get_engine().dispose(close=False)
 
@@ -98,9 +98,9 @@ def _fresh_db_pool(**_: object) -> None:
 @worker_init.connect
 def _preload(**_: object) -> None:
     """The main process loads what jobs import before it forks its pool children, so no
-    job maps a library under its memory limit (``worker.memory``) and a new child starts
+    job maps a library under its memory limit (``worker.lifecycle.memory``) and a new child starts
     warm."""
-    from worker.memory import preload
+    from worker.lifecycle.memory import preload
 
     preload()
 
@@ -108,10 +108,11 @@ def _preload(**_: object) -> None:
 @worker_ready.connect
 def _start_reaper(sender: object = None, **_: object) -> None:
     """Every worker runs the reaper/reconciler in its main process (conditional updates make
-    concurrent reapers harmless), writes its heartbeat (``worker.liveness``) and sends
+    concurrent reapers harmless), writes its heartbeat (``worker.lifecycle.liveness``) and sends
     webhook deliveries (``worker.webhooks``; claims make concurrent senders harmless)."""
-    from worker import liveness, webhooks
-    from worker.reaper import start_reaper_thread
+    from worker import webhooks
+    from worker.lifecycle import liveness
+    from worker.lifecycle.reaper import start_reaper_thread
 
     start_reaper_thread()
     webhooks.start()
@@ -128,8 +129,9 @@ def _finish_mlflow_runs(**_: object) -> None:
 
 @worker_shutdown.connect
 def _stop_reaper(**_: object) -> None:
-    from worker import liveness, webhooks
-    from worker.reaper import stop_reaper_thread
+    from worker import webhooks
+    from worker.lifecycle import liveness
+    from worker.lifecycle.reaper import stop_reaper_thread
 
     stop_reaper_thread()
     webhooks.stop()
@@ -140,7 +142,7 @@ def _stop_reaper(**_: object) -> None:
 def _hand_back_jobs(**_: object) -> None:
     """SIGTERM/SIGQUIT: give this worker's RUNNING jobs back (QUEUED, re-sent) instead of
     making the shutdown wait for them; the pool child sees the job is no longer its own at
-    the next heartbeat and stops the fit without writing (``worker.lease``)."""
-    from worker.lease import hand_back_children
+    the next heartbeat and stops the fit without writing (``worker.lifecycle.lease``)."""
+    from worker.lifecycle.lease import hand_back_children
 
     hand_back_children()

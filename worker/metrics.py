@@ -1,7 +1,7 @@
 """The worker's Prometheus metrics. With ``PROMETHEUS_MULTIPROC_DIR`` set (``sodm run``, the
 compose file, the tests) every process writes its samples there and the API's ``/metrics``
 serves them in the same scrape as its own; current leases and live workers are read from the
-database at scrape time (``app.observability``)."""
+database at scrape time (``app.core.observability``)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ with the "auto" ones resolved (``params.<name>``; ``auto`` lists which were chos
 held-out metrics and the training history as step metrics, the CV table of the "auto"
 search (``auto/cv_table.json``), the margin statistics and histogram
 (``margin/histogram.json``, ``margin/stats.json``), and the ONNX graph of the model
-(``solver.export``) logged as an MLflow model and registered under the model's name; the
+(``solver.io.export``) logged as an MLflow model and registered under the model's name; the
 registered version gets the alias ``sodm_v<version>`` (MLflow numbers its versions itself
 and reserves ``v<n>``) and the tags ``sodm.version`` / ``sodm.model_id``. A failed or
 cancelled job becomes a FAILED / KILLED run with its parameters and problem.
@@ -30,8 +30,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.db import session_scope
-from app.models import Job, JobKind, JobState, Model
+from app.core.db import session_scope
+from app.core.orm import Job, JobKind, JobState, Model
 from worker import metrics
 
 log = logging.getLogger(__name__)
@@ -191,8 +191,8 @@ def _log_model(client: Any, run_id: str, job: Job, model: Model) -> None:
 def _onnx(model: Model) -> Any:
     import onnx
 
-    from app.services import model_store
-    from solver.export import to_onnx_bytes
+    from app.services.model_registry import model_store
+    from solver.io.export import to_onnx_bytes
 
     est = model_store.load(model.id, model.file_sha256)
     return onnx.load_from_string(to_onnx_bytes(est, name=f"{model.name}-v{model.version}"))

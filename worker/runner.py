@@ -1,12 +1,12 @@
 """Run one claimed job to its end: a training job here (load data, split, (search), fit,
-evaluate, save, commit), a batch prediction in ``worker.predict_job``; the failure a job
-shows; the lease checks and terminal writes both use are ``worker.job_state``.
+evaluate, save, commit), a batch prediction in ``worker.prediction.predict_job``; the failure a job
+shows; the lease checks and terminal writes both use are ``worker.lifecycle.job_state``.
 
 Order of effects makes a retry harmless: the model file is written first to a path derived
 from the job id (a rerun overwrites the same bytes), then ONE transaction inserts the
 ``models`` row (``job_id`` is unique, so at most one row per job) and marks the job
 SUCCEEDED; that transaction is retried with backoff on database errors. Every write is
-conditional on owning ``(worker, attempt)`` (see ``worker.lease``).
+conditional on owning ``(worker, attempt)`` (see ``worker.lifecycle.lease``).
 """
 
 from __future__ import annotations
@@ -24,18 +24,17 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from app.config import get_settings
-from app.db import session_scope
-from app.logs import current_request_id
-from app.models import Job, JobKind, JobState, Model, utcnow
-from app.problems import scrub_detail
-from app.services import model_store
-from app.services.algorithms import build_estimator
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.core.logs import current_request_id
+from app.core.orm import Job, JobKind, JobState, Model, utcnow
+from app.core.problems import scrub_detail
+from app.services.job_queue.algorithm_specs import build_estimator
+from app.services.model_registry import model_store
+from solver.core.training import jsonable
 from solver.exceptions import FitCancelled, InvalidParameterError
-from solver.training import jsonable
-from worker.evaluation import evaluate, n_support_vectors
-from worker.history import thin
-from worker.job_state import (
+from worker.lifecycle.history import thin
+from worker.lifecycle.job_state import (
     COMMIT_RETRIES,
     DatasetGone,
     JobLost,
@@ -46,13 +45,14 @@ from worker.job_state import (
     time_limit_problem,
     with_retries,
 )
-from worker.lease import ClaimedJob, Heartbeat, owned
-from worker.memory import job_memory_limit, out_of_memory
-from worker.param_failure import is_parameter_failure, parameter_problem, require_finite
-from worker.predict_job import PredictionFailed, run_prediction
+from worker.lifecycle.lease import ClaimedJob, Heartbeat, owned
+from worker.lifecycle.memory import job_memory_limit, out_of_memory
+from worker.prediction.predict_job import PredictionFailed, run_prediction
+from worker.training.evaluation import evaluate, n_support_vectors
+from worker.training.param_failure import is_parameter_failure, parameter_problem, require_finite
 
 if TYPE_CHECKING:
-    from worker.spark_backend import SparkFailure
+    from worker.spark.spark_backend import SparkFailure
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def model_id_for(job_id: str) -> str:
 
 # ------------------------------------------------------------------------------- data
 def _load(dataset_id: str) -> tuple[Any, np.ndarray]:
-    from app.services import storage
+    from app.services.filestore import storage
 
     return storage.load_dataset(storage.dataset_dir(dataset_id))
 
@@ -75,7 +75,7 @@ def _feature_names(dataset_id: str, n_features: int,
                    weight_column: str | None = None) -> list[str] | None:
     """The dataset's column names (CSV header, Parquet schema; the weight column taken out)
     when there is one per feature of the model; LIBSVM data has none."""
-    from app.services import storage
+    from app.services.filestore import storage
 
     names = storage.read_meta(storage.dataset_dir(dataset_id)).get("feature_names")
     if names and weight_column is not None:
@@ -88,7 +88,7 @@ def _without_weights(dataset_id: str, X: Any, column: str | None
     """``X`` without the request's weight column, and that column (None without one)."""
     if column is None:
         return X, None
-    from app.services import storage
+    from app.services.filestore import storage
 
     j = storage.feature_index(storage.dataset_dir(dataset_id), column)
     if j is None:
@@ -172,10 +172,10 @@ def _commit_success(c: ClaimedJob, model_fields: dict[str, Any], history: list[d
 
 # -------------------------------------------------------------------------------- run
 def _spark_job(c: ClaimedJob, hb: Heartbeat) -> Any:
-    """The job's Spark session (``worker.spark_backend.SparkJob``); a previous attempt's
+    """The job's Spark session (``worker.spark.spark_backend.SparkJob``); a previous attempt's
     Spark work is interrupted first."""
-    from app.services import storage
-    from worker import spark_backend
+    from app.services.filestore import storage
+    from worker.spark import spark_backend
 
     with session_scope() as s:
         old_sid = s.scalar(select(Job.spark_session_id).where(Job.id == c.job_id))
@@ -213,7 +213,7 @@ class _SparkRows:
 def _spark_rows(c: ClaimedJob) -> _SparkRows:
     """The split is the local backend's (same seed, same rows); only the held-out rows are
     loaded here (without the weight column)."""
-    from app.services import storage
+    from app.services.filestore import storage
 
     ddir = storage.dataset_dir(c.dataset_id)
     y = storage.load_labels(ddir)
@@ -330,7 +330,7 @@ def _spark_failure(c: ClaimedJob, exc: BaseException) -> SparkFailure | None:
     """A Spark job's Spark-side error in a few words (``SparkFailure``), else None."""
     if c.backend != "spark":
         return None
-    from worker.spark_backend import spark_failure
+    from worker.spark.spark_backend import spark_failure
 
     return spark_failure(exc)
 
@@ -435,7 +435,7 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
     and ``params``; ``None`` without a search."""
     if c.search is None:
         return None
-    from worker.search import grid_search, local_fit_score, spark_fit_score
+    from worker.training.search import grid_search, local_fit_score, spark_fit_score
 
     hb.report(0.05, "grid search")
     if data.spark_job is not None:
@@ -456,12 +456,12 @@ def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
 def _spark_auto(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
                 data: _TrainData) -> dict[str, Any] | None:
     """A Spark job's "auto" parameters chosen here as a local job's fit chooses them
-    (``worker.spark_auto``); their values go into ``params``. None when there are none."""
-    from worker import spark_auto
+    (``worker.spark.spark_auto``); their values go into ``params``. None when there are none."""
+    from worker.spark import spark_auto
 
     if data.spark_job is None or not spark_auto.has_auto(params):
         return None
-    from app.services import storage
+    from app.services.filestore import storage
 
     hb.report(0.05, "auto search")
     return spark_auto.choose(est, storage.dataset_dir(c.dataset_id), data.train_rows,
@@ -493,8 +493,8 @@ def _train(hb: Heartbeat, est: Any, params: dict[str, Any], seed: int, data: _Tr
 
     t0 = time.perf_counter()
     if data.spark_job is not None:
-        from solver.cputime import CpuClock
-        from worker import spark_auto
+        from solver.core.cputime import CpuClock
+        from worker.spark import spark_auto
 
         with CpuClock() as clock:  # this process tree's (the JVM of a local[N] master)
             est = data.spark_job.fit(spark_params(est, params), seed, rows=data.train_rows,
@@ -511,7 +511,7 @@ def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
           metrics: dict[str, Any], margins: dict[str, Any], train_seconds: float) -> str:
     """Commit the model's row and bytes with the job's success and tell the API processes;
     a job cancelled meanwhile stores nothing."""
-    from app.services.algorithms import portable
+    from app.services.job_queue.algorithm_specs import portable
 
     model_id = model_id_for(c.job_id)
     stored = model_store.dump(portable(est))
@@ -535,7 +535,7 @@ def _save(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],
     }
     state = _commit_success(c, fields, history, stored)
     if state == JobState.SUCCEEDED:  # "name" now means this version in every API process
-        from app.services import invalidation
+        from app.services.inference import invalidation
 
         invalidation.publish("model", model_id=model_id, tenant_id=c.tenant_id,
                              name=c.model_name)

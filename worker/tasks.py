@@ -1,7 +1,7 @@
 """Celery tasks. ``train_job(job_id)`` is a doorbell: the job row says what to do.
 
 Every log line of a job's run carries its ``job_id``, ``attempt`` and the ``request_id`` of
-the ``POST /train`` that created it (``app.logs``); each run updates the worker metrics
+the ``POST /train`` that created it (``app.core.logs``); each run updates the worker metrics
 (``worker.metrics``)."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from app.db import session_scope
-from app.logs import bound
-from app.models import Job, JobState, Model, utcnow
+from app.core.db import session_scope
+from app.core.logs import bound
+from app.core.orm import Job, JobState, Model, utcnow
 from app.services.cursors import as_utc
 from worker import metrics, mlflow_tracking
 from worker.celery_app import celery_app
-from worker.child_loss import ChildLossRequest
-from worker.lease import claim
+from worker.lifecycle.child_loss import ChildLossRequest
+from worker.lifecycle.lease import claim
 from worker.runner import run_claimed
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """The webhook sender of a worker's main process: a daemon thread beside the reaper that,
-every ``SODM_WEBHOOK_POLL_SECONDS``, announces ended jobs (``app.services.webhooks``) and
-hands due deliveries to a pool of ``SODM_WEBHOOK_CONCURRENCY`` sending threads
-(``app.services.webhook_delivery``). It claims only as many deliveries as it has idle
-senders, so a slow endpoint holds one sender for at most its timeout and never the loop; the
-pool children that train are never involved."""
+every ``SODM_WEBHOOK_POLL_SECONDS``, announces ended jobs
+(``app.services.notifications.webhook_endpoints``) and hands due deliveries to a pool of
+``SODM_WEBHOOK_CONCURRENCY`` sending threads (``app.services.notifications.webhook_delivery``). It
+claims only as many deliveries as it has idle senders, so a slow endpoint holds one sender for at
+most its timeout and never the loop; the pool children that train are never involved."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from app.config import get_settings
-from app.db import session_scope
-from app.services import webhook_delivery, webhooks
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.services.notifications import webhook_delivery
+from app.services.notifications import webhook_endpoints as webhooks
 
 log = logging.getLogger(__name__)
 

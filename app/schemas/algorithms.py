@@ -1,4 +1,5 @@
-"""Response body of ``GET /algorithms`` (built from ``app.services.algorithms``' specs)."""
+"""Response body of ``GET /algorithms`` (built from the specs of
+``app.services.job_queue.algorithm_specs``)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model, model_validator
 
-from app.models import JobState
+from app.core.orm import JobState
 from app.schemas.common import ID_PATTERN, StoredBody
-from app.services import algorithms
+from app.services.job_queue import algorithm_specs as algorithms
 
 DEFAULT_ALGORITHM = "sodm"
 

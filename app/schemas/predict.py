@@ -1,6 +1,6 @@
 """Request and response bodies of ``POST /predict``.
 
-``instances`` is parsed by ``app.services.predictor`` (not by pydantic coercion) so that
+``instances`` is parsed by ``app.services.inference.predictor`` (not by pydantic coercion) so that
 strings, booleans, NaN and infinities are rejected with a problem naming the row and column.
 """
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.models import JobState
+from app.core.orm import JobState
 from app.schemas.common import ID_PATTERN, StoredBody
 from app.schemas.jobs import JobOut, Progress
 

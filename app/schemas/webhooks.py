@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.models import DeliveryStatus, WebhookEvent
+from app.core.orm import DeliveryStatus, WebhookEvent
 from app.schemas.common import StoredBody
-from app.services.webhook_targets import MAX_URL_LENGTH
+from app.services.notifications.webhook_targets import MAX_URL_LENGTH
 
 
 class WebhookCreate(StoredBody):

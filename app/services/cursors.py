@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Select, and_, or_
 
-from app.problems import ProblemError
+from app.core.problems import ProblemError
 from app.schemas.common import ID_PATTERN
 
 

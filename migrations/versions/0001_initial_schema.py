@@ -16,7 +16,7 @@ down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# JSON everywhere, JSONB on Postgres (as app.models.JSONType)
+# JSON everywhere, JSONB on Postgres (as app.core.orm.JSONType)
 JSONT = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 

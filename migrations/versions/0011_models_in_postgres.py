@@ -4,8 +4,8 @@ Copies every model file of the earlier layout (``SODM_DATA_DIR/models/{id}.sodm`
 the rows' ``file_path``) into ``model_blobs`` when its bytes match the row's sha256, then drops
 ``models.file_path``. A file that is missing or does not match is not copied: its model then
 answers 404 "Model file missing" / is not served, as it was before. The files stay on disk
-until the reaper's sweep (``app.services.model_store.sweep``) sees their bytes stored.
-Downgrade writes the bytes back to ``models/{id}.sodm`` and restores ``file_path``.
+until the reaper's sweep (``app.services.model_registry.model_store.sweep``) sees their bytes
+stored. Downgrade writes the bytes back to ``models/{id}.sodm`` and restores ``file_path``.
 
 Revision ID: 0011
 Revises: 0010
@@ -30,7 +30,7 @@ log = logging.getLogger("alembic.runtime.migration")
 
 
 def _data_dir() -> Path:
-    from app.config import get_settings
+    from app.core.config import get_settings
 
     return Path(get_settings().data_dir)
 

@@ -6,8 +6,8 @@
   final warm-started global solve.
 * :func:`odm_svrg` (``svrg.py``): single-machine SVRG (Johnson & Zhang 2013) on the primal.
 
-Kernel baselines return :class:`solver.sodm.SODMResult` (``alpha`` ``(M, 2)`` in the input
-row order); ``odm_svrg`` returns :class:`solver.dsvrg.LinearResult`.
+Kernel baselines return :class:`solver.sodm.hierarchy.SODMResult` (``alpha`` ``(M, 2)`` in the input
+row order); ``odm_svrg`` returns :class:`solver.linear.dsvrg.LinearResult`.
 """
 
 from solver.baselines.cascade import ca_odm

@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.formulation import ODMParams, check_weights, default_scale
-from solver.inputs import check_Xy
-from solver.kernels import Kernel
-from solver.levels import level_record
-from solver.parallel import TaskPool
-from solver.partition import deal_partitions, level_ids, partition_members, row_keys
-from solver.sodm import SODMResult, solve_groups, validation_accuracy
+from solver.core.formulation import ODMParams, check_weights, default_scale
+from solver.core.inputs import check_Xy
+from solver.core.kernels import Kernel
+from solver.sodm.hierarchy import SODMResult, solve_groups, validation_accuracy
+from solver.sodm.levels import level_record
+from solver.sodm.parallel import TaskPool
+from solver.sodm.partition import deal_partitions, level_ids, partition_members, row_keys
 
 __all__ = ["ca_odm", "cascade_solve"]
 

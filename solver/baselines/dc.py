@@ -18,14 +18,14 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from solver.formulation import ODMParams, check_weights
-from solver.inputs import check_Xy
-from solver.kernels import Kernel, kernel_matrix
-from solver.landmarks import assign_strata, landmark_candidates, select_landmarks
-from solver.levels import level_record
-from solver.parallel import TaskPool
-from solver.partition import partition_members
-from solver.sodm import SODMResult, solve_groups, validation_accuracy
+from solver.core.formulation import ODMParams, check_weights
+from solver.core.inputs import check_Xy
+from solver.core.kernels import Kernel, kernel_matrix
+from solver.sodm.hierarchy import SODMResult, solve_groups, validation_accuracy
+from solver.sodm.landmarks import assign_strata, landmark_candidates, select_landmarks
+from solver.sodm.levels import level_record
+from solver.sodm.parallel import TaskPool
+from solver.sodm.partition import partition_members
 
 __all__ = ["dc_odm", "kernel_kmeans"]
 

@@ -15,11 +15,11 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 from solver.baselines.cascade import cascade_solve
-from solver.formulation import ODMParams, check_weights
-from solver.inputs import check_Xy
-from solver.kernels import Kernel
-from solver.partition import deal_partitions, row_keys
-from solver.sodm import SODMResult
+from solver.core.formulation import ODMParams, check_weights
+from solver.core.inputs import check_Xy
+from solver.core.kernels import Kernel
+from solver.sodm.hierarchy import SODMResult
+from solver.sodm.partition import deal_partitions, row_keys
 
 __all__ = ["dip_odm"]
 

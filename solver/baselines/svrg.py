@@ -3,7 +3,7 @@
 Each epoch: snapshot ``w~``, full gradient ``h`` over all rows, then ``inner_steps`` (default
 ``2 M``, the original paper's choice) steps on rows drawn uniformly *with* replacement by
 ``default_rng(SeedSequence([seed, epoch]))``; the new snapshot is the last iterate (option I).
-Same gradient, compiled inner loop and default step size as :mod:`solver.dsvrg`, so the two
+Same gradient, compiled inner loop and default step size as :mod:`solver.linear.dsvrg`, so the two
 differ only in the sampling scheme (no partitions, no strata).
 """
 
@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from solver.dsvrg import (
+from solver.core.formulation import ODMParams, primal_objective_from_margins
+from solver.core.inputs import check_Xy
+from solver.linear.dsvrg import (
     DEFAULT_EPOCHS,
     LinearResult,
     default_step_size,
@@ -23,8 +25,6 @@ from solver.dsvrg import (
     svrg_inner,
     validation_accuracy,
 )
-from solver.formulation import ODMParams, primal_objective_from_margins
-from solver.inputs import check_Xy
 
 __all__ = ["odm_svrg"]
 
@@ -36,7 +36,7 @@ def odm_svrg(X, y, params: ODMParams, *, epochs: int | None = None,
              should_stop: Callable[[], bool] | None = None,
              sample_weight: np.ndarray | None = None) -> LinearResult:
     """Single-machine SVRG for the linear ODM; ``y`` in {-1, +1}; returns ``w``.
-    ``sample_weight`` weights each row's loss (``solver.dsvrg.normalized_weights``)."""
+    ``sample_weight`` weights each row's loss (``solver.linear.dsvrg.normalized_weights``)."""
     params.validate()
     X, y = check_Xy(X, y)
     M, d = X.shape

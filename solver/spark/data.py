@@ -8,7 +8,7 @@ needed and credentials come from the executors' AWS variables or role). The driv
 ``meta.json`` (and, for a bucket, the Parquet footer); everything else runs on the
 executors. The model-space transform
 (min-max scaling, then the constant column when ``fit_intercept``) is the estimator's own
-code (``solver.preprocessing``) applied per batch, so Spark and the local backend see
+code (``solver.core.preprocessing``) applied per batch, so Spark and the local backend see
 bit-identical feature rows.
 """
 
@@ -216,7 +216,7 @@ def batch_X(pdf: pd.DataFrame, info: DataInfo) -> np.ndarray | sp.csr_matrix:
 
 def model_space(X: np.ndarray | sp.csr_matrix, info: DataInfo, *, constant: bool = True):
     """Scaled rows (the estimator's ``MinMaxScaler``), plus the constant column if asked."""
-    from solver.preprocessing import MinMaxScaler, append_constant
+    from solver.core.preprocessing import MinMaxScaler, append_constant
 
     if info.scaler_min is not None:
         X = MinMaxScaler(min_=info.scaler_min, scale_=info.scaler_scale).transform(X)
@@ -248,7 +248,7 @@ class Summary:
         moments: ``sum_j [M2_j s_j^2 + n (mu'_j - mu')^2] / (n d)`` with ``mu'_j`` the scaled
         feature means and ``mu'`` their average; equal to ``np.var`` of the scaled matrix up
         to rounding. With row weights ``n`` is their sum and the moments are weighted
-        (``solver.training.weighted_variance``)."""
+        (``solver.core.training.weighted_variance``)."""
         d = self.mean.shape[0]
         n = float(self.wsum or self.n)
         if self.n == 0 or d == 0 or n <= 0:
@@ -289,12 +289,12 @@ def summarize(df: Any, info: DataInfo, sample: tuple[int, int] | None = None) ->
     Each Arrow batch reduces to one row of partial results (its distinct labels and
     per-feature statistics); the driver merges them, the moments with Chan et al.'s pairwise
     update, so only these small rows reach it.  ``sample = (seed, max_candidates)`` also
-    collects the raw rows of the landmark candidate sample (``solver.landmarks.is_candidate``
+    collects the raw rows of the landmark candidate sample (``solver.sodm.landmarks.is_candidate``
     on ``row_id`` with the row count of ``meta.json``, about ``max_candidates`` rows), which
     saves the landmark step its own pass; ``candidates`` stays ``None`` when the rows counted
     differ from ``meta.json``.
     """
-    from solver.landmarks import is_candidate
+    from solver.sodm.landmarks import is_candidate
 
     d = info.n_features
     label_type = df.schema["label"].dataType.simpleString()

@@ -2,7 +2,7 @@
 
 Reproduces ``SODMClassifier.fit``: the same min-max scaler (per-feature min / max aggregated
 over the cluster), the same ``gamma='scale'``, the same constant column, the same seeds
-(``solver.training.problem_seed``) handed to Algorithm 1 (``kernel_sodm``) or Algorithm 2
+(``solver.core.training.problem_seed``) handed to Algorithm 1 (``kernel_sodm``) or Algorithm 2
 (``linear_sodm``) for the binary problem or each one-vs-rest problem in turn, the same
 size-weighted averaging of the last level's local duals, and then
 ``solver.estimators.build_fitted`` with the support vectors (kernel; their union over the
@@ -23,8 +23,18 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from solver.core.training import (
+    fit_info,
+    iterations,
+    jsonable,
+    plain,
+    problem_progress,
+    problem_seed,
+    resolve_gamma,
+    seed_for,
+)
 from solver.exceptions import FitCancelled
-from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
+from solver.sodm.hierarchy import DEFAULT_LANDMARK_CANDIDATES
 from solver.spark.data import (
     RowSubset,
     batch_X,
@@ -34,16 +44,6 @@ from solver.spark.data import (
     select_rows,
     sql,
     summarize,
-)
-from solver.training import (
-    fit_info,
-    iterations,
-    jsonable,
-    plain,
-    problem_progress,
-    problem_seed,
-    resolve_gamma,
-    seed_for,
 )
 
 __all__ = ["fit_spark"]
@@ -85,8 +85,8 @@ def fit_spark(spark: Any, dataset_dir: str | Path, params: dict[str, Any], *,
     ``weight_column``), taken out of the features as the local backend takes it; rows of
     weight 0 are left out (give ``rows`` without them to number the rest as the local fit
     does)."""
+    from solver.core.preprocessing import MinMaxScaler
     from solver.estimators import SODMClassifier, build_fitted
-    from solver.preprocessing import MinMaxScaler
 
     t0 = time.perf_counter()
     params = {k: v for k, v in dict(params).items() if k != "random_state"}

@@ -1,14 +1,14 @@
 """SODM Algorithm 1 (hierarchical stratified partitions, kernel ODM) on Spark DataFrames.
 
-Mirrors ``solver.sodm.sodm_kernel`` step for step so the same seed gives the same partitions
-and the same duals:
+Mirrors ``solver.sodm.hierarchy.sodm_kernel`` step for step so the same seed gives the same
+partitions and the same duals:
 
 * partition ids are a column; level ``l`` groups rows by ``part // p**(L-l)``;
 * every group is solved by ``groupBy("gid").applyInPandas`` running the local unit of work
-  ``solver.sodm.solve_partition`` on the group's rows in row-id order, with ``m_scale`` = the
-  group size, seed ``solver.partition.local_seed(seed, l, k)`` and the warm start carried as
-  the columns ``zeta``, ``beta`` (rescaled by ``m_old / m_new`` under ``warm_start="rescale"``,
-  the previous size travels as column ``msize``);
+  ``solver.sodm.hierarchy.solve_partition`` on the group's rows in row-id order, with
+  ``m_scale`` = the group size, seed ``solver.sodm.partition.local_seed(seed, l, k)`` and the
+  warm start carried as the columns ``zeta``, ``beta`` (rescaled by ``m_old / m_new`` under
+  ``warm_start="rescale"``, the previous size travels as column ``msize``);
 * the warm-start KKT check (``check_warm_start``) runs from the second solved level on, and a
   level where every group was already converged ends the run, as locally;
 * each level's output is cached (memory, spilling to disk) by the same Spark job that
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from solver.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
+from solver.sodm.levels import LevelOutcome, LevelStep, PartitionSummary, run_levels
 from solver.spark.data import DataInfo, batch_X, ddl_fields, model_space, sql
 
 __all__ = ["KernelRun", "SparkLevels", "sodm_kernel_spark"]
@@ -66,7 +66,7 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
                       should_stop: Callable[[], bool] | None = None) -> KernelRun:
     """Run Algorithm 1 over ``base`` (``row_id``, ``y`` in {-1,+1}, feature columns);
     ``candidates``: the landmark candidate sample's raw rows when already collected."""
-    from solver.sodm import resolve_structure
+    from solver.sodm.hierarchy import resolve_structure
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
@@ -102,7 +102,7 @@ def sodm_kernel_spark(base: Any, info: DataInfo, kernel: Any, params: Any, *, n_
 
 
 class SparkLevels:
-    """The Spark :class:`solver.levels.LevelBackend`: the duals are the columns ``zeta``,
+    """The Spark :class:`solver.sodm.levels.LevelBackend`: the duals are the columns ``zeta``,
     ``beta`` (and the previous partition size ``msize``) of a state DataFrame; a level is one
     ``groupBy("gid").applyInPandas`` running the local ``solve_partition`` per group, whose
     output is cached by the job that aggregates the per-group summaries."""
@@ -187,8 +187,8 @@ def _make_solver(info: DataInfo, kernel: Any, params: Any, *, seed: int, level: 
     """The per-group function: the local ``solve_partition`` on the group's rows."""
 
     def solve(pdf: pd.DataFrame) -> pd.DataFrame:
-        from solver.partition import local_seed
-        from solver.sodm import rescale_factors, solve_partition
+        from solver.sodm.hierarchy import rescale_factors, solve_partition
+        from solver.sodm.partition import local_seed
 
         pdf = pdf.sort_values("row_id", kind="stable").reset_index(drop=True)
         k = int(pdf["gid"].iloc[0])

@@ -1,6 +1,6 @@
 """SODM Algorithm 2 (distributed SVRG, linear ODM) on Spark DataFrames.
 
-Mirrors ``solver.dsvrg.sodm_linear``:
+Mirrors ``solver.linear.dsvrg.sodm_linear``:
 
 * partitions: landmarks and strata under the linear kernel and the same dealing rule
   (``solver.spark.strata``); each partition's rows are packed once into one row (row ids,
@@ -8,7 +8,7 @@ Mirrors ``solver.dsvrg.sodm_linear``:
 * full gradient ``h = (1/M) sum_j (m_j w + X_j' c_j)``: a distributed aggregate (each packed
   partition returns a vector of size d, summed on the driver);
 * inner phase: partition ``j = 0..K-1`` in turn, one Spark job each, runs the local compiled
-  inner loop (``solver.dsvrg``) over its rows in the order
+  inner loop (``solver.linear.dsvrg``) over its rows in the order
   ``default_rng(SeedSequence([seed, e, j])).permutation(m_j)``; the iterate travels between
   jobs in the local code's representation ``w = u + s v`` (``v`` of size d and the scalar s),
   so the sequence of updates is the local one;
@@ -56,7 +56,7 @@ def _unpack(pdf_row: pd.Series, d: int, sparse: bool):
 def _pack(parts: Any, info: DataInfo, M: int) -> tuple[Any, int]:
     """One row per partition: ``part, row_id[], y[], data[], indices[], indptr[]`` (CSR or
     row-major dense), rows in row-id order, and ``sw[]``: the rows' weights normalized to
-    mean 1 over all ``M`` rows (``solver.dsvrg.normalized_weights``; ones unweighted)."""
+    mean 1 over all ``M`` rows (``solver.linear.dsvrg.normalized_weights``; ones unweighted)."""
     scale = None if not info.weight_col else float(M) / float(info.weight_total or M)
 
     def pack(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -88,8 +88,8 @@ def _gradient(packed: Any, w: np.ndarray, params: Any, d: int, sparse: bool, M: 
     order, then the local ``full_gradient`` arithmetic) and the primal loss sum (one job)."""
 
     def part_grad(batches):
-        from solver.dsvrg import instance_coefficients
-        from solver.formulation import margin_loss
+        from solver.core.formulation import margin_loss
+        from solver.linear.dsvrg import instance_coefficients
 
         for pdf in batches:
             for _, row in pdf.iterrows():
@@ -115,8 +115,8 @@ def _partitions(base: Any, info: DataInfo, M: int, K: int, S: int, seed: int,
                 ) -> tuple[Any, Any]:
     """Rows tagged with their partition ``part`` (landmarks, strata and the dealing rule
     when ``K > 1``; all in partition 0 otherwise) and the strata frame to release, if any."""
-    from solver.kernels import Kernel
-    from solver.sodm import DEFAULT_LANDMARK_CANDIDATES
+    from solver.core.kernels import Kernel
+    from solver.sodm.hierarchy import DEFAULT_LANDMARK_CANDIDATES
     from solver.spark.strata import assign_partitions_spark, select_landmarks_spark
 
     F, _ = sql(base)
@@ -134,7 +134,7 @@ def _step_size(packed: Any, params: Any, d: int, sparse: bool, step_size: float 
                ) -> float:
     """``step_size``, or ``0.5 / L_max`` from the row with the largest norm (one job);
     outside ``(0, 1)`` is a ``ValueError``."""
-    from solver.formulation import lipschitz_constant
+    from solver.core.formulation import lipschitz_constant
 
     if step_size is None:
         def max_row(batches):
@@ -177,7 +177,7 @@ class _Inner:
     def job(self, e: int, j: int, u: np.ndarray, w_tilde: np.ndarray, v: np.ndarray,
             s: float) -> tuple[np.ndarray, float]:
         """Partition ``j``'s pass of epoch ``e`` (one Spark job): the new ``(v, s)``."""
-        from solver.dsvrg import inner_csr, inner_dense
+        from solver.linear.dsvrg import inner_csr, inner_dense
 
         F, _ = sql(self.packed)
         d, sparse, seed, params, eta = self.d, self.sparse, self.seed, self.params, self.eta
@@ -185,7 +185,7 @@ class _Inner:
         th, ups = float(params.theta), float(params.upsilon)
 
         def inner(batches, v=v, s=s, e=e, j=j, u=u, w_tilde=w_tilde):
-            from solver.dsvrg import instance_coefficients
+            from solver.linear.dsvrg import instance_coefficients
 
             for pdf in batches:
                 for _, row in pdf.iterrows():
@@ -236,8 +236,8 @@ def sodm_linear_spark(base: Any, info: DataInfo, params: Any, *, n_rows: int,
                       progress: Callable[[float, str, dict], None] | None = None,
                       should_stop: Callable[[], bool] | None = None) -> LinearRun:
     """Run Algorithm 2 over ``base`` (``row_id``, ``y``, feature columns); returns ``w``."""
-    from solver.dsvrg import DEFAULT_EPOCHS, default_partitions
-    from solver.sodm import DEFAULT_N_STRATA
+    from solver.linear.dsvrg import DEFAULT_EPOCHS, default_partitions
+    from solver.sodm.hierarchy import DEFAULT_N_STRATA
 
     M = int(n_rows)
     K = default_partitions(M) if n_partitions is None else int(n_partitions)
@@ -262,7 +262,7 @@ def _epochs(run: LinearRun, inner: _Inner, M: int, K: int, E: int, tol: float,
             should_stop: Callable[[], bool] | None) -> np.ndarray:
     """The outer loop from ``w = 0``: an inner phase and a full gradient per epoch, a
     history record and a progress call each; fills ``run`` and returns the last ``w``."""
-    from solver.formulation import objective_from_loss
+    from solver.core.formulation import objective_from_loss
 
     packed, params, d, sparse = inner.packed, inner.params, inner.d, inner.sparse
     w = np.zeros(d)

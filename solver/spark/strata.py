@@ -1,9 +1,9 @@
 """Distributed landmarks, strata and partition dealing (SODM step 1-2) on Spark DataFrames.
 
-Reproduces ``solver.landmarks`` / ``solver.partition`` row for row without collecting the
+Reproduces ``solver.sodm.landmarks`` / ``solver.sodm.partition`` row for row without collecting the
 data (at most the landmark candidate sample):
 
-* Landmarks among a bounded candidate sample (the default, ``solver.sodm``'s
+* Landmarks among a bounded candidate sample (the default, ``solver.sodm.hierarchy``'s
   ``landmark_candidates``): the candidates (``splitmix64(seed, row_id)`` below the local
   threshold; every row when there are fewer rows) are collected, a few MB, and the local
   selection runs on them in the driver.  The fit collects them in its statistics pass
@@ -16,10 +16,10 @@ data (at most the landmark candidate sample):
   recursion ``l_t = (k(z, p_t) - l[:t].lp_t[:t]) / sqrt(r(p_t))``, ``r -= l_t^2`` (one kernel
   column per pivot, like the local code), and reduces its batch to the candidate with the
   largest residual; the driver keeps the best (S small rows per pass).
-* Strata: ``solver.landmarks.assign_strata`` on each Arrow batch against the broadcast
+* Strata: ``solver.sodm.landmarks.assign_strata`` on each Arrow batch against the broadcast
   landmark rows, in one cached pass that carries the data along (no join back) and
   counts the rows per stratum.
-* Dealing: ``key = splitmix64(seed, row_id)`` (``solver.partition``), mapped to a signed
+* Dealing: ``key = splitmix64(seed, row_id)`` (``solver.sodm.partition``), mapped to a signed
   long that sorts like the unsigned key; ``rank = row_number() over (partition by stratum
   order by key, row_id) - 1``; ``part = (rank + offset[stratum]) mod K`` with offsets from
   the per-stratum counts: the local rule "global position in (stratum, key, row) order mod K".
@@ -36,7 +36,7 @@ from solver.spark.data import DataInfo, batch_X, ddl_fields, model_space, sql
 
 __all__ = ["select_landmarks_spark", "assign_partitions_spark", "LANDMARK_TOL"]
 
-LANDMARK_TOL = 1e-10  # solver.landmarks.select_landmarks default
+LANDMARK_TOL = 1e-10  # solver.sodm.landmarks.select_landmarks default
 _SIGN = np.uint64(1 << 63)
 
 
@@ -54,7 +54,7 @@ def _collect_candidates(base: Any, info: DataInfo, n_rows: int, seed: int,
     """The raw rows (``row_id`` + input columns) whose ``splitmix64(seed, row_id)`` key is
     below the threshold, about ``max_candidates`` of them (a few MB), in row-id order (the
     first row when the sample is empty, as the local rule)."""
-    from solver.landmarks import is_candidate
+    from solver.sodm.landmarks import is_candidate
 
     cols = ["row_id", *info.input_cols]
 
@@ -74,9 +74,9 @@ def _collect_candidates(base: Any, info: DataInfo, n_rows: int, seed: int,
 
 def landmarks_from_candidates(candidates: pd.DataFrame, info: DataInfo, kernel: Any,
                               n_landmarks: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The local greedy selection (``solver.landmarks.select_landmarks``) on the candidate
+    """The local greedy selection (``solver.sodm.landmarks.select_landmarks``) on the candidate
     rows (raw, in row-id order) put in model space: row ids and model-space rows."""
-    from solver.landmarks import select_landmarks
+    from solver.sodm.landmarks import select_landmarks
 
     pdf, Z = _sorted_model_rows(candidates, info)
     rid = pdf["row_id"].to_numpy(dtype=np.int64)
@@ -139,7 +139,7 @@ def _best_rows(base: Any, info: DataInfo, kernel: Any, S: int, s: int, Pz: np.nd
     """Pass ``s`` (one job): per batch, the row not yet ``taken`` with the largest residual
     after the ``s`` pivots ``Pz`` (factor rows ``Lp``, residuals ``rp``), its factor row and
     the batch's largest kernel diagonal."""
-    from solver.kernels import kernel_diag, kernel_matrix
+    from solver.core.kernels import kernel_diag, kernel_matrix
 
     def best_of_batch(batches, Pz=Pz, Lp=Lp, rp=rp, taken=taken, s=s):
         for pdf in batches:
@@ -175,8 +175,8 @@ def assign_partitions_spark(base: Any, info: DataInfo, kernel: Any, landmarks: n
     dealing: one pass assigns the strata and counts them per stratum (cached, so the dealing
     reads it instead of assigning again), the dealing is a window over it.  Returns
     ``(rows, cached)``: unpersist ``cached`` once ``rows`` has been materialised."""
-    from solver.landmarks import assign_strata
-    from solver.partition import splitmix64
+    from solver.sodm.landmarks import assign_strata
+    from solver.sodm.partition import splitmix64
 
     F, Window = sql(base)
     K = int(n_partitions)

@@ -10,7 +10,7 @@ import pytest
 import bench.autotune_cost as autotune_cost
 from bench.autotune_cost import face_models, search_entries, search_model
 from solver import ODMClassifier
-from solver.autotune import factored_faces
+from solver.auto.search import factored_faces
 
 
 def test_factored_faces_reads_the_fits_newton_record() -> None:

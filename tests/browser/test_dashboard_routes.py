@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.routes.dashboard import STATIC_DIR
+from app.api.routes.dashboard import STATIC_DIR
 
 pytestmark = pytest.mark.browser
 

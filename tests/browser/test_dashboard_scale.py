@@ -17,7 +17,7 @@ from tests.fixtures.browser import LAPTOP
 pytestmark = pytest.mark.browser
 
 N_JOBS = 5000
-PAGE_SIZE = 20  # app/static/dashboard/pages/jobs.js PAGE_SIZE
+PAGE_SIZE = 20  # app/api/static/dashboard/pages/jobs.js PAGE_SIZE
 STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
@@ -25,8 +25,8 @@ STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 def crowded_tenant(make_tenant) -> tuple[str, str, list[str]]:
     """A tenant with one dataset row and 5,000 finished jobs inserted directly; returns
     (tenant id, key, job ids newest first)."""
-    from app.db import session_scope
-    from app.models import Dataset, Job
+    from app.core.db import session_scope
+    from app.core.orm import Dataset, Job
 
     tenant_id, key = make_tenant()
     ds_id = str(uuid.uuid4())

@@ -28,8 +28,8 @@ ERROR = {"type": "https://sodm.dev/problems/training-failed", "title": "Training
 
 def test_failed_job_shows_error_and_history(page_guard, api_server: str, make_tenant,
                                             screenshot) -> None:
-    from app.db import session_scope
-    from app.models import Dataset, Job
+    from app.core.db import session_scope
+    from app.core.orm import Dataset, Job
 
     tenant_id, key = make_tenant()
     ds_id, job_id = str(uuid.uuid4()), str(uuid.uuid4())
@@ -113,8 +113,8 @@ def test_train_form_shows_refusal_inline(page_guard, api_server: str, make_tenan
 
 def test_another_tenants_job_is_not_shown(page_guard, api_server: str, make_tenant) -> None:
     """The dashboard shows only what the key's tenant owns: another tenant's job is a 404."""
-    from app.db import session_scope
-    from app.models import Dataset, Job
+    from app.core.db import session_scope
+    from app.core.orm import Dataset, Job
 
     owner_id, _ = make_tenant()
     _, key = make_tenant()

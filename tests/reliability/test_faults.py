@@ -119,10 +119,10 @@ def test_redis_outage_with_running_and_queued_jobs(client, redis_proxy, stack_en
 def test_crash_between_insert_and_enqueue(tenant, client, start_worker, heart, db):
     """The API commits the job row and dies before sending the doorbell: no message exists
     at all. A worker's reconciler finds the QUEUED row and dispatches it."""
-    from app.db import session_scope
-    from app.models import Tenant
+    from app.core.db import session_scope
+    from app.core.orm import Tenant
     from app.schemas.jobs import TrainRequest
-    from app.services.jobs import create_job
+    from app.services.job_queue.training_jobs import create_job
 
     with session_scope() as s:
         job, created = create_job(s, s.get(Tenant, tenant[0]),

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from app.services.process_owner import Owner
+from app.services.data.process_owner import Owner
 from tests.reliability.conftest import one
 from tests.reliability.test_ingest_fair import LINES, SlowUpload, _client, _wait_for, _warm
 

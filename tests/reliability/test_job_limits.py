@@ -1,5 +1,5 @@
-"""The per-job memory limit (``SODM_JOB_MEMORY_LIMIT_MB``, ``worker.memory``): a job past it
-ends FAILED ``memory-limit`` on its first attempt and the same pool child runs the next job."""
+"""The per-job memory limit (``SODM_JOB_MEMORY_LIMIT_MB``, ``worker.lifecycle.memory``): a job past
+it ends FAILED ``memory-limit`` on its first attempt and the same pool child runs the next job."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_numpy_memory_error_is_recognised_and_the_limit_lifted():
     memory); after it the same process allocates the same array again."""
     code = textwrap.dedent("""
         import numpy as np
-        from worker.memory import job_memory_limit, out_of_memory
+        from worker.lifecycle.memory import job_memory_limit, out_of_memory
         try:
             with job_memory_limit(64):
                 np.ones(1 << 27)  # 1 GiB
@@ -77,7 +77,7 @@ def test_blas_under_a_tight_limit_after_the_warm_up():
     code = textwrap.dedent("""
         import numpy as np
         from scipy.linalg import blas
-        from worker.memory import job_memory_limit, warm_blas
+        from worker.lifecycle.memory import job_memory_limit, warm_blas
         warm_blas()
         a = np.ones((512, 512))
         with job_memory_limit(16):

@@ -69,8 +69,8 @@ def test_model_file_sha_mismatch_is_refused(trained, start_api, tenant, datasets
     """One flipped byte in a model's stored bytes: a fresh API process refuses to load it
     (500 problem model-file-corrupt) for /predict, and so do the file download and the ONNX
     export (with no local copy cached); restoring the bytes makes it load again."""
-    from app.config import get_settings
-    from app.services import model_store
+    from app.core.config import get_settings
+    from app.services.model_registry import model_store
     from tests.fixtures.model_blobs import replaced_bytes, stored_bytes
 
     model = trained["model"]
@@ -97,7 +97,7 @@ def test_sweep_removes_what_no_model_needs_and_keeps_the_rest(trained, client, s
     """Local model files are only copies: cache files of deleted models and old-layout files
     whose bytes are in Postgres (or whose model is gone) go once stale, with stale temporary
     files; a live model's cache file and fresh files stay."""
-    from app.services import model_store
+    from app.services.model_registry import model_store
 
     mid = trained["model"]["id"]
     assert client.get(f"/models/{mid}/file").status_code == 200  # writes the cache copy
@@ -149,9 +149,9 @@ def test_train_answers_quickly_when_redis_is_silent(start_api, tenant, trained):
 
 
 def test_history_keeps_levels_and_thins_ticks():
-    """``worker.history.thin``: all level records stay, other records are cut to at most
+    """``worker.lifecycle.history.thin``: all level records stay, other records are cut to at most
     MAX_TICKS evenly spread ones (the first and the newest kept), order preserved."""
-    from worker.history import MAX_TICKS, thin
+    from worker.lifecycle.history import MAX_TICKS, thin
 
     records = [{"epoch": e} for e in range(1, 10_001)]
     records[5000:5000] = [{"level": lvl} for lvl in range(12)]
@@ -167,7 +167,7 @@ def test_history_keeps_levels_and_thins_ticks():
 def test_long_svrg_job_history_is_bounded(client, trained):
     """An SVRG fit of 2,000 epochs (one record each) through the service: the job's history
     holds at most MAX_TICKS epoch records, from the first epoch to the last."""
-    from worker.history import MAX_TICKS
+    from worker.lifecycle.history import MAX_TICKS
 
     job = submit(client, {"dataset_id": trained["dataset"]["id"], "algorithm": "svrg",
                           "params": {"epochs": 2000, "tol": 1e-300}, "test_fraction": 0.2})

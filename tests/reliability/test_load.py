@@ -40,7 +40,7 @@ def test_burst_of_100_submissions_all_accepted(client: httpx.Client, api_server,
                                                heart, pg_url) -> None:
     """100 concurrent POST /train on one uvicorn process (more than its 40 threadpool tokens
     and 30 pooled connections): all 202, none lost (this was 25-45 % 500s from a pool
-    deadlock, see app/db.py:releasing). They are cancelled at once (the module's worker may
+    deadlock, see app/core/db.py:releasing). They are cancelled at once (the module's worker may
     have started or finished a few): every job ends in one terminal state, with a model
     exactly when it SUCCEEDED."""
     before = client.get("/jobs", params={"limit": 500}).json()["items"]

@@ -11,8 +11,8 @@ import numpy as np
 
 def dataset_row(tenant_id: str, n_rows: int, n_features: int, name: str = "rows") -> str:
     """A ready dataset row with no files (what a model row names); its id."""
-    from app.db import session_scope
-    from app.models import Dataset
+    from app.core.db import session_scope
+    from app.core.orm import Dataset
 
     with session_scope() as s:
         ds = Dataset(tenant_id=tenant_id, name=name, format="libsvm", n_rows=n_rows,
@@ -29,10 +29,10 @@ def register_model(tenant_id: str, dataset_id: str, est: Any, name: str,
     reference is computed on ``X_held_out`` as the worker's evaluation does. The model id."""
     from sqlalchemy import func, select
 
-    from app.db import session_scope
-    from app.models import Job, JobState, Model, new_id, utcnow
-    from app.services import model_store
-    from app.services.monitoring import model_theta, reference_of
+    from app.core.db import session_scope
+    from app.core.orm import Job, JobState, Model, new_id, utcnow
+    from app.services.inference.monitoring import model_theta, reference_of
+    from app.services.model_registry import model_store
 
     model_id = new_id()
     stored = model_store.dump(est)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 
-from app import cores
 from app.cli import api_command, api_workers
-from app.config import get_settings
-from app.services.batcher import default_slots
+from app.core import cores
+from app.core.config import get_settings
+from app.services.inference.batcher import default_slots
 
 
 def test_cgroup_quota_lowers_the_cores(tmp_path, monkeypatch) -> None:

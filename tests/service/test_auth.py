@@ -10,9 +10,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.db import session_scope
-from app.models import ApiKey
-from app.services.apikeys import KEY_RE, revoke_key
+from app.core.db import session_scope
+from app.core.orm import ApiKey
+from app.services.tenancy.apikeys import KEY_RE, revoke_key
 
 # probes: ours and the Open Inference Protocol's server health and metadata
 PUBLIC = {("GET", "/livez"), ("GET", "/readyz"), ("GET", "/v2"), ("GET", "/v2/health/live"),

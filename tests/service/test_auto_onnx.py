@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from solver import SODMClassifier
-from solver.model_io import load_model
+from solver.io.model_io import load_model
 from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
 from worker.runner import split
 

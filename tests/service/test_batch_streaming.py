@@ -1,5 +1,5 @@
-"""worker.batch.predict_dataset streams: on a 100,000 x 20 stored dataset (16 MB as one dense
-float64 matrix) with 256 KB batches the numpy memory it allocates stays a small fraction of
+"""worker.prediction.batch.predict_dataset streams: on a 100,000 x 20 stored dataset (16 MB as one
+dense float64 matrix) with 256 KB batches the numpy memory it allocates stays a small fraction of
 the whole matrix, and the output equals the model's decision function on all rows."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import tracemalloc
 import numpy as np
 import pyarrow.parquet as pq
 
-from app.services import storage
+from app.services.filestore import storage
 from solver import ODMClassifier
-from worker.batch import predict_dataset
+from worker.prediction.batch import predict_dataset
 
 
 def test_predict_dataset_memory_is_bounded_by_the_batch(tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from app.services.cache import REFRESH_AFTER, Loader, TTLCache
+from app.services.inference.cache import REFRESH_AFTER, Loader, TTLCache
 from tests.fixtures.aio import run_async
 
 

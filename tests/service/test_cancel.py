@@ -92,11 +92,11 @@ def test_a_cancel_the_worker_completes_at_once_is_accepted(tenant, heart):
 
     from sqlalchemy import event, update
 
-    from app.db import session_scope
-    from app.models import Job, JobState, Tenant, utcnow
-    from app.problems import ProblemError
+    from app.core.db import session_scope
+    from app.core.orm import Job, JobState, Tenant, utcnow
+    from app.core.problems import ProblemError
     from app.schemas.jobs import TrainRequest
-    from app.services.jobs import cancel_job, create_job
+    from app.services.job_queue.training_jobs import cancel_job, create_job
 
     with session_scope() as s:
         job, _ = create_job(s, s.get(Tenant, tenant[0]), TrainRequest.model_validate(

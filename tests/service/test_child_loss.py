@@ -1,5 +1,5 @@
-"""``worker.child_loss.release_dead_child`` on the real Postgres: the job a dead pool child
-held goes back to QUEUED (attempt kept), FAILED worker-lost when out of attempts, CANCELLED
+"""``worker.lifecycle.child_loss.release_dead_child`` on the real Postgres: the job a dead pool
+child held goes back to QUEUED (attempt kept), FAILED worker-lost when out of attempts, CANCELLED
 when a cancel was asked, FAILED time-limit after the hard limit; a row that is no longer the
 dead child's (taken by another worker, finished) is left alone. The whole path (a SIGKILLed
 child, the requeued message claimed at once) is
@@ -14,9 +14,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import delete
 
-from app.db import session_scope
-from app.models import Dataset, Job, JobState, utcnow
-from worker.child_loss import release_dead_child
+from app.core.db import session_scope
+from app.core.orm import Dataset, Job, JobState, utcnow
+from worker.lifecycle.child_loss import release_dead_child
 
 PID = 4_000_000  # above pid_max: no live process of this host has it
 

@@ -24,9 +24,9 @@ import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 from sqlalchemy import func, select
 
-from app.db import session_scope
-from app.models import Dataset
-from app.services.storage import load_dataset, read_meta
+from app.core.db import session_scope
+from app.core.orm import Dataset
+from app.services.filestore.storage import load_dataset, read_meta
 
 HEART = {"n_rows": 270, "n_features": 13, "classes": {"-1": 150, "1": 120}}
 SVMGUIDE1 = {"n_rows": 3089, "n_features": 4, "classes": {"0": 1089, "1": 2000}}
@@ -479,7 +479,7 @@ def test_unwritable_storage_is_507(start_api, make_tenant, heart_text: bytes) ->
 
 def test_delete_refused_while_a_job_uses_the_dataset(api: httpx.Client, heart_text: bytes,
                                                      tenant: tuple[str, str]) -> None:
-    from app.models import Job
+    from app.core.orm import Job
 
     ds = _upload(api, "h.libsvm", heart_text).json()["id"]
     with session_scope() as s:  # a queued job row, as POST /train would leave it
@@ -568,8 +568,8 @@ def test_training_on_a_parsing_dataset_is_409(api: httpx.Client, tenant: tuple[s
                                               private_queue: str) -> None:
     """A row still parsing (as ``POST /datasets`` leaves it before the child ends): POST /train
     and POST /predictions answer 409 ``dataset-not-ready`` naming the state."""
-    from app.models import Tenant
-    from app.services.datasets import begin_dataset
+    from app.core.orm import Tenant
+    from app.services.data.dataset_catalog import begin_dataset
 
     with session_scope() as s:
         row = begin_dataset(s, s.get(Tenant, tenant[0]), filename="p.libsvm", fmt="libsvm",
@@ -592,9 +592,9 @@ def test_a_parse_whose_owner_is_gone_is_failed(api: httpx.Client,
     ``STALE_SECONDS`` on the database's clock; a live owner keeps it parsing."""
     from sqlalchemy import text
 
-    from app.models import Tenant
-    from app.services import process_owner
-    from app.services.datasets import STALE_SECONDS, begin_dataset
+    from app.core.orm import Tenant
+    from app.services.data import process_owner
+    from app.services.data.dataset_catalog import STALE_SECONDS, begin_dataset
 
     def row() -> str:
         with session_scope() as s:

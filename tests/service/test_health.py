@@ -110,7 +110,7 @@ def test_unhandled_error_is_a_500_problem_that_leaks_nothing(caplog) -> None:
 def test_cors_closed_by_default_and_opened_by_setting(monkeypatch) -> None:
     from fastapi.testclient import TestClient
 
-    from app.config import get_settings
+    from app.core.config import get_settings
     from app.main import create_app
 
     preflight = {"Origin": "https://ui.example", "Access-Control-Request-Method": "GET"}
@@ -139,7 +139,7 @@ def test_the_api_paces_garbage_collection_and_an_in_process_app_restores_it() ->
 
     from fastapi.testclient import TestClient
 
-    from app.config import get_settings
+    from app.core.config import get_settings
     from app.main import GC_THRESHOLDS, create_app
 
     before = gc.get_threshold()

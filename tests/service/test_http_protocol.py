@@ -1,4 +1,4 @@
-"""The API's HTTP protocol (``app.http_protocol``) on a real uvicorn server in this process,
+"""The API's HTTP protocol (``app.api.http_protocol``) on a real uvicorn server in this process,
 serving a small ASGI application, over real sockets: the head limits answer 414/431 before
 the head is complete, slow heads and bodies get 408, an idle connection is closed, one
 address's connections are capped, the server's own pauses are not charged to the client,
@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterator
 import pytest
 import uvicorn
 
-from app.config import get_settings
-from app.http_protocol import (
+from app.api.http_protocol import (
     HeadLimit,
     HeadLimits,
     HeadScanner,
     LimitedHttpToolsProtocol,
     edge_settings,
 )
+from app.core.config import get_settings
 
 LIMITS = HeadLimits(request_line=64, header=48, block=200)
 HEAD = b"GET /some/path?q=1 HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"

@@ -12,9 +12,9 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-from app.problems import ProblemError
-from app.services import ingest
-from app.services.ingest import text as ingest_text
+from app.core.problems import ProblemError
+from app.services.data import ingest
+from app.services.data.ingest import text as ingest_text
 
 TINY = (1, 7, 64)  # bytes per chunk: shorter than a line, a few lines
 

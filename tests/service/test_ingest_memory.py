@@ -24,8 +24,8 @@ CHILD = r"""
 import json, sys
 from pathlib import Path
 import scipy.sparse as sp
-import app.services.storage  # imported lazily by the parse: not part of its memory
-from app.services import ingest
+import app.services.filestore.storage  # imported lazily by the parse: not part of its memory
+from app.services.data import ingest
 
 def status(key):
     with open("/proc/self/status") as fh:

@@ -1,4 +1,4 @@
-"""The sweep of abandoned uploads (``app.services.ingest_sweep``) on the session's real
+"""The sweep of abandoned uploads (``app.services.data.ingest_sweep``) on the session's real
 Postgres and data directory: which upload directories, ``tmp/`` leftovers, dataset
 directories and parsing rows it takes, and which it must leave alone (a live owner, an
 owner it cannot check whose files are fresh, a stored or parsing dataset)."""
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from app.db import session_scope
-from app.models import Dataset, DatasetState, Tenant, utcnow
-from app.services import datasets, ingest_sweep, process_owner, upload_dirs
-from app.services.upload_dirs import UploadDir
+from app.core.db import session_scope
+from app.core.orm import Dataset, DatasetState, Tenant, utcnow
+from app.services.data import dataset_catalog as datasets
+from app.services.data import ingest_sweep, process_owner, upload_dirs
+from app.services.data.upload_dirs import UploadDir
 
 
 def _dead_token() -> str:

@@ -53,7 +53,7 @@ def _query_until_interrupted(rng: random.Random) -> None:
     raised inside a finalizer is swallowed by Python ("Exception ignored in ..."); the round
     is then run again with a new timer (a bounded number of times: a limit that never lands
     fails the test instead of hanging it)."""
-    from app.db import session_scope
+    from app.core.db import session_scope
 
     for _ in range(ROUNDS):
         with soft_limit_after(rng.uniform(0.0005, 0.02)), session_scope() as s:
@@ -64,7 +64,7 @@ def _query_until_interrupted(rng: random.Random) -> None:
 
 def test_an_interrupted_transaction_raises_the_limit_and_leaves_the_pool_sound(
         stack_env: dict[str, str]) -> None:
-    from app.db import session_scope
+    from app.core.db import session_scope
 
     rng = random.Random(0)
     raised: list[BaseException] = []
@@ -87,9 +87,10 @@ def test_an_interrupted_transaction_raises_the_limit_and_leaves_the_pool_sound(
 def test_a_job_interrupted_inside_a_query_fails_with_time_limit(
         api: Any, datasets_dir: Any, private_queue: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.db import session_scope
-    from app.models import Job, JobState
-    from worker import lease, runner
+    from app.core.db import session_scope
+    from app.core.orm import Job, JobState
+    from worker import runner
+    from worker.lifecycle import lease
 
     def interrupted_run(*_: Any) -> str:
         _query_until_interrupted(rng)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import lzma
 from pathlib import Path
 
-from app.db import session_scope
-from app.models import Job
+from app.core.db import session_scope
+from app.core.orm import Job
 
 
 def test_jobs_filter_by_dataset_and_model_name(api, make_tenant, api_as, private_queue,

@@ -200,8 +200,8 @@ def test_open_event_streams_do_not_starve_other_requests(api_server, client, ten
     import asyncio
     from datetime import UTC, datetime, timedelta
 
-    from app.db import session_scope
-    from app.models import Job
+    from app.core.db import session_scope
+    from app.core.orm import Job
 
     with session_scope() as s:  # a job that stays RUNNING: a live lease, no worker behind it
         job = Job(tenant_id=tenant[0], dataset_id=heart["id"], algorithm="odm",

@@ -1,5 +1,5 @@
-"""Leases are measured by the database's clock (``worker.lease.db_now``): a worker whose own
-clock is an hour off writes, extends and judges leases exactly like one whose clock is
+"""Leases are measured by the database's clock (``worker.lifecycle.lease.db_now``): a worker whose
+own clock is an hour off writes, extends and judges leases exactly like one whose clock is
 right. The skew is simulated by shifting this process's ``utcnow`` (the real Postgres
 answers ``now()``); no worker consumes this module's queue, so the job waits for the
 in-process claim."""
@@ -32,10 +32,10 @@ def _queued_job(api_server: str, tenant: tuple[str, str], datasets_dir) -> str:
 
 
 def test_leases_follow_the_database_clock(api_server, tenant, datasets_dir, monkeypatch):
-    from app.config import get_settings
-    from app.db import session_scope
-    from app.models import Job, JobState, utcnow
-    from worker import lease, reaper
+    from app.core.config import get_settings
+    from app.core.db import session_scope
+    from app.core.orm import Job, JobState, utcnow
+    from worker.lifecycle import lease, reaper
 
     job_id = _queued_job(api_server, tenant, datasets_dir)
     lease_s = get_settings().job_lease_seconds
@@ -74,17 +74,17 @@ def test_a_beat_after_the_attempts_own_finish_is_quiet(api_server, tenant, datas
     """The heartbeat can beat between the runner's terminal write and its stop: that row is
     this attempt's own result, not a lost lease (no warning, ``lost`` unset); a row that the
     reaper re-queued is lost."""
-    from app.db import session_scope
-    from app.models import Job, JobState
-    from worker import lease
-    from worker.job_state import finish
+    from app.core.db import session_scope
+    from app.core.orm import Job, JobState
+    from worker.lifecycle import lease
+    from worker.lifecycle.job_state import finish
 
     job_id = _queued_job(api_server, tenant, datasets_dir)
     c = lease.claim(job_id)
     assert c is not None
     assert finish(c, JobState.CANCELLED)
     hb = lease.Heartbeat(c)
-    with caplog.at_level("WARNING", logger="worker.lease"):
+    with caplog.at_level("WARNING", logger="worker.lifecycle.lease"):
         hb.beat()
     assert not hb.lost.is_set() and hb._stop_event.is_set()
     assert "no longer ours" not in caplog.text
@@ -93,7 +93,7 @@ def test_a_beat_after_the_attempts_own_finish_is_quiet(api_server, tenant, datas
         s.execute(update(Job).where(Job.id == job_id).values(
             state=JobState.QUEUED, worker=None, lease_until=None, finished_at=None))
     hb = lease.Heartbeat(c)
-    with caplog.at_level("WARNING", logger="worker.lease"):
+    with caplog.at_level("WARNING", logger="worker.lifecycle.lease"):
         hb.beat()
     assert hb.lost.is_set() and "no longer ours (state QUEUED)" in caplog.text
     with session_scope() as s:

@@ -16,10 +16,10 @@ import pytest
 import scipy.sparse as sp
 from sqlalchemy import update
 
-from app.db import session_scope
-from app.models import Dataset
-from app.services.content_hash import content_sha256
-from app.services.storage import normalize_labels
+from app.core.db import session_scope
+from app.core.orm import Dataset
+from app.services.data.content_hash import content_sha256
+from app.services.filestore.storage import normalize_labels
 from tests.service.jobs_helpers import libsvm_bytes, load_libsvm
 
 
@@ -158,7 +158,7 @@ def test_models_show_their_data_and_are_found_by_its_hash(api_as, make_tenant, h
 
 def test_backfill_recomputes_the_hash_from_the_stored_files(api_as, make_tenant, heart_text
                                                            ) -> None:
-    from app.services.datasets import backfill_content_hashes
+    from app.services.data.dataset_catalog import backfill_content_hashes
 
     api = api_as(make_tenant()[1])
     ds = api.post("/datasets", files={"file": ("heart.libsvm", heart_text)}).json()

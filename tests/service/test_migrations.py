@@ -18,7 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 from sqlalchemy.orm import Session
 
-from app.models import Base, Dataset, Tenant
+from app.core.orm import Base, Dataset, Tenant
 from migrations import alembic_config
 from tests.fixtures.stack import REPO_ROOT, create_database, reset_app_caches
 
@@ -164,9 +164,9 @@ def test_0011_moves_model_files_into_postgres_and_back(empty_pg: str, tmp_path: 
     import numpy as np
     from sqlalchemy import text
 
-    from app.config import get_settings
+    from app.core.config import get_settings
     from solver import ODMClassifier
-    from solver.model_io import dumps
+    from solver.io.model_io import dumps
 
     monkeypatch.setenv("SODM_DATA_DIR", str(tmp_path))
     get_settings.cache_clear()
@@ -194,7 +194,7 @@ def test_0011_moves_model_files_into_postgres_and_back(empty_pg: str, tmp_path: 
         assert _diff(empty_pg) == []
         monkeypatch.setenv("DATABASE_URL", empty_pg)
         reset_app_caches()
-        from app.services import model_store
+        from app.services.model_registry import model_store
 
         assert model_store.load(good, sha).predict(X).tolist() == [0, 1, 0, 1]
         for gone in (altered, missing):

@@ -1,5 +1,5 @@
-"""Models in Postgres (``app.services.model_store``): a model's bytes are committed with its
-row and deleted with it, an API process with a data directory of its own serves, downloads
+"""Models in Postgres (``app.services.model_registry.model_store``): a model's bytes are committed
+with its row and deleted with it, an API process with a data directory of its own serves, downloads
 and exports every model, and the largest model of the published benchmark round-trips."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from app.db import session_scope
-from app.models import Model, ModelBlob
+from app.core.db import session_scope
+from app.core.orm import Model, ModelBlob
 from tests.service.jobs_helpers import submit, upload_as, wait_job
 
 
@@ -62,7 +62,7 @@ def test_an_api_process_with_its_own_data_dir_serves_every_model(guide_model, cl
 def test_deleting_a_model_deletes_its_bytes(api_server, tenant, datasets_dir, client):
     """A model exists exactly when its row does: DELETE drops the bytes in the transaction
     that marks the row deleted, and the tenant's stored bytes fall by the model's size."""
-    from app.services.quotas import stored_bytes
+    from app.services.tenancy.quotas import stored_bytes
 
     ds = upload_as(api_server, tenant, datasets_dir, "heart_scale")
     job = submit(client, {"dataset_id": ds["id"], "algorithm": "odm",
@@ -86,7 +86,7 @@ def test_the_largest_benchmark_model_round_trips(stack_env, make_tenant):
     """cod-rna.t's SODM model in docs/benchmarks.md has 171,400 support vectors (8 features):
     a model of that size is stored with its row and loads back with the same decision
     values (sha256 checked)."""
-    from app.services import model_store
+    from app.services.model_registry import model_store
     from solver import SODMClassifier
     from solver.estimators import build_fitted
     from tests.service.model_rows import dataset_row, register_model

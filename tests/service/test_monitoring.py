@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from app.services import monitoring
-from app.services.monitoring import Summary, compare, ks, psi
+from app.services.inference import monitoring
+from app.services.inference.monitoring import Summary, compare, ks, psi
 from solver import ODMClassifier
 from solver.margins import served_margins
 from tests.service.jobs_helpers import libsvm_bytes, load_libsvm

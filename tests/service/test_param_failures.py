@@ -1,4 +1,4 @@
-"""``worker.param_failure``: a fit that left float64's range is a parameter problem naming
+"""``worker.training.param_failure``: a fit that left float64's range is a parameter problem naming
 the job's most extreme parameter; a model with non-finite coefficients is such a fit."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from solver import ODMClassifier
 from solver.exceptions import InvalidParameterError
-from worker.param_failure import NonFiniteModel, parameter_problem, require_finite
+from worker.training.param_failure import NonFiniteModel, parameter_problem, require_finite
 
 
 @pytest.mark.parametrize(("params", "field"), [

@@ -18,8 +18,9 @@ from tests.service.jobs_helpers import submit, upload
 
 def _train(api: Any, dataset_id: str) -> str:
     """Train a linear model in this process; returns the model id."""
-    from app.models import JobState
-    from worker import lease, runner
+    from app.core.orm import JobState
+    from worker import runner
+    from worker.lifecycle import lease
 
     job_id = submit(api, {"dataset_id": dataset_id, "algorithm": "sodm",
                           "params": {"kernel": "linear"}})["id"]
@@ -36,10 +37,12 @@ def _predict_job(api: Any, model_id: str, dataset_id: str) -> str:
 def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
         api: Any, datasets_dir: Any, private_queue: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.db import session_scope
-    from app.models import Job, JobState
-    from app.services.storage import prediction_path, tmp_root
-    from worker import lease, predict_job, runner
+    from app.core.db import session_scope
+    from app.core.orm import Job, JobState
+    from app.services.filestore.storage import prediction_path, tmp_root
+    from worker import runner
+    from worker.lifecycle import lease
+    from worker.prediction import predict_job
 
     ds = upload(api, datasets_dir, "heart_scale")
     model_id = _train(api, ds["id"])
@@ -64,11 +67,12 @@ def test_a_prediction_cancelled_after_its_last_batch_leaves_no_output(
 
 def test_sweep_removes_stale_outputs_no_live_job_owns(
         api: Any, datasets_dir: Any, private_queue: str) -> None:
-    from app.models import JobState
-    from app.services import prediction_files
-    from app.services.stale_files import STALE_SECONDS
-    from app.services.storage import prediction_path
-    from worker import lease, runner
+    from app.core.orm import JobState
+    from app.services.filestore.stale_files import STALE_SECONDS
+    from app.services.filestore.storage import prediction_path
+    from app.services.job_queue import prediction_files
+    from worker import runner
+    from worker.lifecycle import lease
 
     ds = upload(api, datasets_dir, "heart_scale")
     model_id = _train(api, ds["id"])

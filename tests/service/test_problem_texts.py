@@ -1,4 +1,4 @@
-"""Problem texts are clean and bounded wherever they are built (``app.problems``): no NUL,
+"""Problem texts are clean and bounded wherever they are built (``app.core.problems``): no NUL,
 control character or lone surrogate, and a bounded size, in an answer and in a stored
 ``error``. A LIBSVM file of NUL bytes used to end ``500 ingest-crashed``: its problem echoed
 the NULs, which a Postgres JSONB column refuses."""
@@ -9,7 +9,7 @@ import io
 import json
 import re
 
-from app.problems import MAX_DETAIL_CHARS, MAX_ITEMS, MAX_TEXT_CHARS, ProblemError
+from app.core.problems import MAX_DETAIL_CHARS, MAX_ITEMS, MAX_TEXT_CHARS, ProblemError
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 

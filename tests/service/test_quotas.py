@@ -1,4 +1,4 @@
-"""Per-tenant quotas (``app.services.quotas``) on the real stack: stored bytes (507), queued
+"""Per-tenant quotas (``app.services.tenancy.quotas``) on the real stack: stored bytes (507), queued
 and running jobs (429), open event streams across two API processes (429), and a revoked key
 ending its open event streams. No worker consumes this module's jobs: they stay QUEUED."""
 
@@ -184,7 +184,7 @@ def test_event_stream_quota_counts_streams_of_every_api_process(start_api, make_
     ojob = _queued_job(a.url, other, datasets_dir)
     assert streams(b.url, other, ojob).response.status_code == 200
     s1.close()
-    from app.services.quotas import STREAM_TTL_SECONDS
+    from app.services.tenancy.quotas import STREAM_TTL_SECONDS
 
     _wait(lambda: streams(b.url, key, job).response.status_code == 200,
           STREAM_TTL_SECONDS + 15)
@@ -193,8 +193,8 @@ def test_event_stream_quota_counts_streams_of_every_api_process(start_api, make_
 def test_revoked_key_ends_open_event_streams(start_api, make_tenant, datasets_dir, streams):
     """A stream opened with a key ends with an ``error`` event (401 problem) soon after the
     key is revoked, on the process it was revoked through and on another one."""
-    from app.db import session_scope
-    from app.services.apikeys import revoke_key
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import revoke_key
 
     a, b = start_api(), start_api()
     _, key = make_tenant()

@@ -16,7 +16,7 @@ import httpx
 from tests.fixtures.aio import run_async
 
 BUDGET = 600  # SODM_RATE_LIMIT_PER_MINUTE's default
-PREDICT_UNIT = 100_000  # body bytes per unit of POST /predict (app.ratelimit.ROUTE_COSTS)
+PREDICT_UNIT = 100_000  # body bytes per unit of POST /predict (app.api.ratelimit.ROUTE_COSTS)
 
 
 def _predict_body(size: int) -> bytes:
@@ -42,9 +42,9 @@ def _remaining(response: httpx.Response) -> int:
 
 def _stored_remaining(key: str) -> int:
     """The key's units left in Redis, read without counting."""
-    from app import ratelimit
-    from app.db import session_scope
-    from app.services.apikeys import resolve_key
+    from app.api import ratelimit
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import resolve_key
 
     with session_scope() as s:
         found = resolve_key(s, key)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from sqlalchemy import delete
 
-from app.config import get_settings
-from app.db import session_scope
-from app.models import Job, Worker, utcnow
-from app.services.workers import NO_WORKER
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.core.orm import Job, Worker, utcnow
+from app.services.job_queue.worker_status import NO_WORKER
 
 
 def test_every_answer_carries_a_request_id_of_our_own(api, api_as, caplog) -> None:
@@ -90,7 +90,7 @@ def test_queued_job_says_no_live_worker_until_one_beats(api, api_as, make_tenant
     assert api.get("/readyz").json()["workers"] == {"live": 0}
 
     period = get_settings().worker_heartbeat_seconds
-    with session_scope() as s:  # a heartbeat row as worker.liveness writes it
+    with session_scope() as s:  # a heartbeat row as worker.lifecycle.liveness writes it
         s.add(Worker(id="host-a:1", hostname="host-a", pid=1, queue=private_queue,
                      concurrency=2, started_at=utcnow(), last_seen=utcnow()))
     try:
@@ -119,7 +119,7 @@ def test_access_lines_name_the_request_and_can_be_turned_off(caplog) -> None:
 
     from fastapi.testclient import TestClient
 
-    from app.logs import configure
+    from app.core.logs import configure
     from app.main import create_app
 
     app = create_app()

@@ -65,7 +65,7 @@ def test_micro_batching_gives_the_unbatched_decision_values(start_api, tenant, m
     are summed in fewer kernel passes than requests, and every answer equals the library's
     decision value of that row alone."""
     server = start_api(SODM_PREDICT_THREADS="1", SODM_PREDICT_BATCH_WAIT_MS="50")
-    from app.services import model_store
+    from app.services.model_registry import model_store
 
     lib = model_store.load(model["id"], model["file_sha256"])
     alone = np.array([lib.decision_function(r[None, :])[0] for r in rows])
@@ -163,8 +163,8 @@ def test_revoked_key_and_deleted_model_leave_every_api_process(start_api, make_t
     """Two API processes cache a key and a model row (TTL 300 s, so only the invalidation
     channel can make them forget): revoking the key, and deleting a model through one of
     them, is seen by both within 2 s."""
-    from app.db import session_scope
-    from app.services.apikeys import revoke_key
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import revoke_key
 
     long_ttl = {"SODM_AUTH_CACHE_SECONDS": "300", "SODM_MODEL_ROW_CACHE_SECONDS": "300"}
     a, b = start_api(**long_ttl), start_api(**long_ttl)
@@ -196,8 +196,8 @@ def test_revoked_key_and_deleted_model_leave_every_api_process(start_api, make_t
 def test_revoked_key_stops_within_the_ttl_without_the_channel(start_api, make_tenant):
     """An API process that cannot hear the invalidation channel (its Redis is unreachable)
     still stops a revoked key once the cached entry's TTL (1 s here) has passed."""
-    from app.db import session_scope
-    from app.services.apikeys import revoke_key
+    from app.core.db import session_scope
+    from app.services.tenancy.apikeys import revoke_key
 
     deaf = start_api(SODM_AUTH_CACHE_SECONDS="1",
                      SODM_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
@@ -313,7 +313,7 @@ def test_concurrent_counts_share_round_trips_and_stay_exact(stack_env):
     pipelined together, and the counts are still exactly 1..60, 40 allowed."""
     import uuid
 
-    from app import ratelimit
+    from app.api import ratelimit
 
     trips = []
 

@@ -1,5 +1,5 @@
 """A Spark job's "auto" search reads the stored training rows in blocks and only the rows
-its budget can use (``worker.spark_auto``, ``storage.iter_row_blocks``), and still chooses
+its budget can use (``worker.spark.spark_auto``, ``storage.iter_row_blocks``), and still chooses
 what the local backend's fit chooses from the whole training matrix."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from app.services import storage
+from app.services.filestore import storage
 from solver import FitCancelled, SODMClassifier
-from solver.row_blocks import BLOCK_ROWS, blocks_of, scan
-from worker import spark_auto
+from solver.core.row_blocks import BLOCK_ROWS, blocks_of, scan
 from worker.runner import split
+from worker.spark import spark_auto
 
 
 def _store(tmp_path: Path, name: str, X, y) -> Path:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from solver import SODMClassifier
-from solver.model_io import load_model
+from solver.io.model_io import load_model
 from tests.service.jobs_helpers import load_libsvm, submit, upload_as, wait_job
 
 PARAMS = {"kernel": "rbf", "lam": 10000.0, "gamma": "scale", "theta": 0.2, "upsilon": 0.5}

@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import get_settings
-from app.services import algorithms
-from app.services.autoparams import SERVICE_DEFAULTS
+from app.core.config import get_settings
+from app.services.job_queue import algorithm_specs as algorithms
+from app.services.job_queue.autoparams import SERVICE_DEFAULTS
 from solver import ODMClassifier, SODMClassifier
+from solver.core.formulation import ODMParams
 from solver.exceptions import InvalidParameterError
-from solver.formulation import ODMParams
 from tests.service.jobs_helpers import upload_as
 
 LIMITED = sorted({s.name for a in algorithms.ALGORITHMS.values() for s in a.params if s.limit})

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 import pytest
 from standardwebhooks import Webhook as Verifier
 
-from app.db import session_scope
-from app.services import webhook_delivery, webhooks
+from app.core.db import session_scope
+from app.services.notifications import webhook_delivery
+from app.services.notifications import webhook_endpoints as webhooks
 from tests.fixtures.stack import reset_app_caches
 from tests.service.jobs_helpers import libsvm_bytes, wait_job
 from tests.service.webhook_receiver import Receiver, reserved_port

@@ -165,7 +165,7 @@ def test_load_feature_reads_one_column(tmp_path, shape, density):
     sparse lists batch by batch: the same values as the loaded matrix's column."""
     import scipy.sparse as sp
 
-    from app.services import storage
+    from app.services.filestore import storage
 
     X = sp.random(*shape, density=density, random_state=1, format="csr")
     y = np.random.default_rng(0).integers(0, 2, shape[0])

@@ -1,4 +1,4 @@
-"""Automatic lam / gamma / theta ("auto", ``solver.autotune``): what the search records, that
+"""Automatic lam / gamma / theta ("auto", ``solver.auto.search``): what the search records, that
 the final fit is the estimator at the chosen values, each parameter independently, the
 budget, cancellation, small data, model files, and that it finds what the defaults miss."""
 
@@ -15,10 +15,10 @@ from sklearn.datasets import load_svmlight_file, make_blobs
 from sklearn.model_selection import train_test_split
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
-from solver.autotune import SearchSettings, search
-from solver.baseline_estimators import CascadeODMClassifier, SVRGODMClassifier
-from solver.model_io import dumps, loads
-from solver.row_blocks import LazyRows, blocks_of, scan
+from solver.auto.search import SearchSettings, search
+from solver.core.row_blocks import LazyRows, blocks_of, scan
+from solver.estimators import CascadeODMClassifier, SVRGODMClassifier
+from solver.io.model_io import dumps, loads
 
 AUTO = {"lam": "auto", "gamma": "auto", "theta": "auto"}
 

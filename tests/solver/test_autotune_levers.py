@@ -1,4 +1,4 @@
-"""The search's cost levers of issue 34 (``solver.autotune.SearchSettings``): a looser CV
+"""The search's cost levers of issue 34 (``solver.auto.search.SearchSettings``): a looser CV
 tolerance, warm starts along the lam path, the refinement's plateau stop and the lam weight
 of the predicted cost. Each is off or on by its setting; these tests check that each does
 what it says, not what it saves (that is measured by ``bench.auto_params``)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from solver import ODMClassifier
-from solver.autotune import SearchSettings, _full_dual, search
+from solver.auto.search import SearchSettings, _full_dual, search
 
 
 def checkerboard(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

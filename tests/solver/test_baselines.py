@@ -10,10 +10,10 @@ import pytest
 from sklearn.datasets import load_svmlight_file
 
 from solver.baselines import ca_odm, dc_odm, dip_odm, odm_svrg
-from solver.dcd_kernel import kernel_decision, solve_kernel_dual
-from solver.dcd_linear import solve_linear_dual
-from solver.formulation import ODMParams, primal_objective_linear
-from solver.kernels import Kernel
+from solver.core.formulation import ODMParams, primal_objective_linear
+from solver.core.kernels import Kernel
+from solver.exact.dcd_kernel import kernel_decision, solve_kernel_dual
+from solver.linear.dcd_linear import solve_linear_dual
 
 KERNEL = Kernel("rbf", gamma=1.0)
 PARAMS = ODMParams(lam=100.0, upsilon=0.5, theta=0.2)

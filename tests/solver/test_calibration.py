@@ -15,7 +15,7 @@ from solver.calibration import (
     fit_sigmoid,
     platt_probabilities,
 )
-from solver.model_io import dumps, loads
+from solver.io.model_io import dumps, loads
 
 
 def test_sigmoid_recovers_its_parameters():

@@ -12,11 +12,11 @@ from scipy.linalg import cho_factor
 from scipy.optimize import minimize, nnls
 from sklearn.exceptions import ConvergenceWarning
 
-from solver import newton_kernel as nwt
-from solver.dcd_kernel import kernel_kkt_violation, solve_kernel_dual
-from solver.formulation import ODMParams, diag_vectors, dual_objective, slacks_from_alpha
-from solver.kernel_columns import ColumnStore
-from solver.kernels import Kernel, kernel_matrix
+from solver.core.formulation import ODMParams, diag_vectors, dual_objective, slacks_from_alpha
+from solver.core.kernels import Kernel, kernel_matrix
+from solver.exact import newton_kernel as nwt
+from solver.exact.dcd_kernel import kernel_kkt_violation, solve_kernel_dual
+from solver.exact.kernel_columns import ColumnStore
 
 TOL = 1e-9
 

@@ -8,10 +8,10 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
 
-from solver.dcd_kernel import solve_kernel_dual
-from solver.dcd_linear import linear_kkt_violation, solve_linear_dual
-from solver.formulation import ODMParams, primal_gradient_linear, primal_objective_linear
-from solver.kernels import Kernel
+from solver.core.formulation import ODMParams, primal_gradient_linear, primal_objective_linear
+from solver.core.kernels import Kernel
+from solver.exact.dcd_kernel import solve_kernel_dual
+from solver.linear.dcd_linear import linear_kkt_violation, solve_linear_dual
 
 TOL = 1e-9
 
@@ -139,7 +139,7 @@ def test_newton_finishes_what_coordinate_descent_cannot(lam, sparse):
 
 
 def test_many_features_use_coordinate_descent():
-    from solver.dcd_linear import _NEWTON_MAX_FEATURES
+    from solver.linear.dcd_linear import _NEWTON_MAX_FEATURES
 
     X, y = _data(m=40, n=_NEWTON_MAX_FEATURES + 1, seed=6, density=0.01)
     res = solve_linear_dual(sp.csr_matrix(X), y, ODMParams(lam=10.0), tol=1e-8)
@@ -166,7 +166,7 @@ def test_newton_updates_its_hessian_by_the_rows_that_changed_side(monkeypatch, d
 
     from sklearn.datasets import load_svmlight_file
 
-    import solver.newton_linear as nl
+    import solver.linear.newton_linear as nl
 
     with lzma.open(datasets_dir / "svmguide1.xz", "rb") as fh:
         X, y = load_svmlight_file(fh, n_features=4)

@@ -10,14 +10,14 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
-from solver.dcd_linear import solve_linear_dual
-from solver.dsvrg import default_partitions, full_gradient, sodm_linear, svrg_inner
-from solver.formulation import (
+from solver.core.formulation import (
     ODMParams,
     instance_gradients_linear,
     primal_gradient_linear,
     primal_objective_linear,
 )
+from solver.linear.dcd_linear import solve_linear_dual
+from solver.linear.dsvrg import default_partitions, full_gradient, sodm_linear, svrg_inner
 
 PARAMS = ODMParams(lam=10.0, upsilon=0.5, theta=0.2)
 
@@ -121,7 +121,7 @@ def test_rejects_bad_step_size(guide) -> None:
 
 
 def test_default_partitions_keep_at_least_2000_rows() -> None:
-    from solver.dsvrg import DEFAULT_PARTITIONS, MIN_PARTITION_ROWS
+    from solver.linear.dsvrg import DEFAULT_PARTITIONS, MIN_PARTITION_ROWS
 
     assert default_partitions(0) == default_partitions(3089) == 1  # svmguide1: plain SVRG
     assert default_partitions(2 * MIN_PARTITION_ROWS) == 2

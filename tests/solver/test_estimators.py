@@ -15,8 +15,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import SVC
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as BASELINE_ESTIMATORS
-from solver.estimators import build_fitted
+from solver.estimators import BASELINE_ESTIMATORS, build_fitted
 
 
 def load_libsvm(path: Path, n_features: int | None = None):
@@ -383,10 +382,10 @@ def test_sodm_one_vs_rest(blobs3):
 def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
     """Without a final solve the stored duals average the last level's local ODMs: the same
     predictions as the paper's concatenated output, margins on the exact ODM's scale."""
-    from solver.formulation import ODMParams
-    from solver.kernels import Kernel
+    from solver.core.formulation import ODMParams
+    from solver.core.kernels import Kernel
     from solver.margins import margin_stats
-    from solver.sodm import sodm_kernel
+    from solver.sodm.hierarchy import sodm_kernel
 
     Xtr, ytr, Xte, yte = svmguide1
     rows = np.random.default_rng(0).choice(len(ytr), 1200, replace=False)
@@ -400,7 +399,7 @@ def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
     raw = sodm_kernel(Xtr, y_pm, Kernel("rbf", gamma=2.5), ODMParams(lam=1e3), p=2, levels=2,
                       random_state=0).alpha
     coef = y_pm * (raw[:, 0] - raw[:, 1])
-    from solver.kernels import kernel_matrix
+    from solver.core.kernels import kernel_matrix
 
     f_raw = kernel_matrix(Kernel("rbf", gamma=2.5), Xte, Xtr) @ coef
     f_est = est.decision_function(Xte)
@@ -415,7 +414,7 @@ def test_sodm_output_is_on_the_odm_margin_scale(svmguide1):
 # ------------------------------------------------------------------------ baseline estimators
 @pytest.mark.parametrize("algorithm", ["cascade", "dip", "dc", "svrg"])
 def test_baseline_estimators_train_on_heart_scale(heart, algorithm):
-    from solver.baseline_estimators import ESTIMATORS
+    from solver.estimators import BASELINE_ESTIMATORS as ESTIMATORS
 
     Xtr, Xte, ytr, yte = heart
     cls = ESTIMATORS[algorithm]
@@ -432,7 +431,7 @@ def test_baseline_estimators_train_on_heart_scale(heart, algorithm):
 
 
 def test_svrg_baseline_is_linear_only():
-    from solver.baseline_estimators import SVRGODMClassifier
+    from solver.estimators import SVRGODMClassifier
 
     with pytest.raises(ValueError, match="kernel"):
         SVRGODMClassifier(kernel="rbf").validate_params()

@@ -1,4 +1,4 @@
-"""ONNX export (``solver.export``): the graph run by onnxruntime gives ``decision_function``
+"""ONNX export (``solver.io.export``): the graph run by onnxruntime gives ``decision_function``
 within 1e-5 and the same labels, for linear, RBF and polynomial models, binary and
 multi-class, with and without scaling and intercept, sparse-trained, SODM-averaged and
 with probabilities."""
@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.datasets import make_classification
 
 from solver import ODMClassifier, SODMClassifier
-from solver.export import OPSET, to_onnx, to_onnx_bytes
+from solver.io.export import OPSET, to_onnx, to_onnx_bytes
 
 TOL = 1e-5
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solver.formulation import (
+from solver.core.formulation import (
     ODMParams,
     dual_gradient,
     dual_objective,

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.metrics.pairwise import linear_kernel, polynomial_kernel, rbf_kernel
 
-from solver.kernels import Kernel, kernel_diag, kernel_matrix, rkhs_sq_distance, row_sq_norms
+from solver.core.kernels import Kernel, kernel_diag, kernel_matrix, rkhs_sq_distance, row_sq_norms
 
 KERNELS = [
     (Kernel("linear"), lambda A, B: linear_kernel(A, B)),
@@ -99,7 +99,7 @@ def test_feature_mismatch_is_an_error():
 
 @pytest.mark.parametrize("shape", [(10, 7), (2048, 4096)])  # np.empty, and an mmap of 32 MB
 def test_work_buffers_are_writable_c_arrays_of_the_requested_shape(shape):
-    from solver import buffers
+    from solver.core import buffers
 
     a = buffers.empty(shape, np.float32)
     assert a.shape == shape and a.dtype == np.float32
@@ -116,7 +116,7 @@ def test_work_buffers_are_writable_c_arrays_of_the_requested_shape(shape):
 def test_kernel_combination_equals_the_matrix_product(name: str, sparse: bool) -> None:
     # decision values summed while the kernel values are made, block by block, equal the
     # stored kernel matrix times the coefficients (one problem or several)
-    from solver.kernels import kernel_combination
+    from solver.core.kernels import kernel_combination
 
     rng = np.random.default_rng(3)
     A, B = rng.random((70, 4)), rng.random((40, 4))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solver.kernels import Kernel, kernel_matrix, rkhs_sq_distance
-from solver.landmarks import assign_strata, landmark_candidates, select_landmarks
+from solver.core.kernels import Kernel, kernel_matrix, rkhs_sq_distance
+from solver.sodm.landmarks import assign_strata, landmark_candidates, select_landmarks
 
 
 def _brute_force_greedy(K: np.ndarray, S: int) -> list[int]:

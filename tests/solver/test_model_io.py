@@ -12,8 +12,8 @@ import scipy.sparse as sp
 from sklearn.datasets import make_blobs
 
 from solver import ODMClassifier, SODMClassifier
-from solver.baseline_estimators import DCODMClassifier, SVRGODMClassifier
-from solver.model_io import FORMAT, FORMAT_VERSION, dumps, load_model, loads, save_model
+from solver.estimators import DCODMClassifier, SVRGODMClassifier
+from solver.io.model_io import FORMAT, FORMAT_VERSION, dumps, load_model, loads, save_model
 
 
 @pytest.fixture(scope="module")

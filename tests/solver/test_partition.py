@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solver.partition import (
+from solver.sodm.partition import (
     deal_partitions,
     key_threshold,
     level_ids,

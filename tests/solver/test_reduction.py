@@ -11,10 +11,10 @@ import pytest
 from sklearn.datasets import load_svmlight_file, make_blobs
 
 from solver import ODMClassifier, SODMClassifier
+from solver.core.kernels import Kernel, kernel_matrix
 from solver.estimators import build_fitted
-from solver.kernels import Kernel, kernel_matrix
-from solver.model_io import dumps, loads
-from solver.reduction import project_support
+from solver.exact.reduction import project_support
+from solver.io.model_io import dumps, loads
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 

@@ -1,4 +1,4 @@
-"""Statistics of training rows taken block by block (``solver.row_blocks``): the same
+"""Statistics of training rows taken block by block (``solver.core.row_blocks``): the same
 numbers, to the bit, as the in-memory estimator computes from the whole matrix."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solver.preprocessing import MinMaxScaler
-from solver.row_blocks import BLOCK_ROWS, LazyRows, blocks_of, scan
-from solver.training import overall_variance
+from solver.core.preprocessing import MinMaxScaler
+from solver.core.row_blocks import BLOCK_ROWS, LazyRows, blocks_of, scan
+from solver.core.training import overall_variance
 
 
 def _dense(n: int) -> np.ndarray:

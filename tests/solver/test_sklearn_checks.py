@@ -14,11 +14,11 @@ from __future__ import annotations
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from solver import ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as BASELINES
+from solver.estimators import BASELINE_ESTIMATORS as BASELINES
 
 # ``tol``: the weight checks compare a fit with integer ``sample_weight`` against one on the
 # rows repeated, to rtol 1e-7, which only the two optima agree to (the ODM with weights is the
-# ODM of the repeated rows, ``solver.formulation``), so every solver runs to a tight tolerance.
+# ODM of the repeated rows, ``solver.core.formulation``), so every solver runs to a tight tolerance.
 # SODM's kernel model ends with the global solve for the same reason (its partitions of 15
 # weighted rows and of their repetitions differ); the SVRG solvers get a small ``lam`` (a
 # well-conditioned primal) to reach that tolerance within their epochs.

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_svmlight_file
 
-from solver.dcd_kernel import solve_kernel_dual
-from solver.formulation import ODMParams, dual_objective
-from solver.kernels import Kernel, kernel_matrix
-from solver.parallel import TaskPool
-from solver.partition import local_seed
-from solver.sodm import default_levels, default_p, sodm_kernel
+from solver.core.formulation import ODMParams, dual_objective
+from solver.core.kernels import Kernel, kernel_matrix
+from solver.exact.dcd_kernel import solve_kernel_dual
+from solver.sodm.hierarchy import default_levels, default_p, sodm_kernel
+from solver.sodm.parallel import TaskPool
+from solver.sodm.partition import local_seed
 
 KERNEL = Kernel("rbf", gamma=1.0)
 PARAMS = ODMParams(lam=100.0, upsilon=0.5, theta=0.2)
@@ -276,8 +276,8 @@ def test_sparse_input_gives_the_dense_result(guide) -> None:
 
 
 def test_warm_start_violation_blocks(guide) -> None:
-    from solver.dcd_kernel import kernel_kkt_violation
-    from solver.sodm import warm_start_violation
+    from solver.exact.dcd_kernel import kernel_kkt_violation
+    from solver.sodm.hierarchy import warm_start_violation
 
     X, y = guide[0][:3000], guide[1][:3000]
     a = np.abs(np.random.default_rng(0).normal(size=(3000, 2))) * 1e-3
@@ -293,12 +293,12 @@ def test_warm_start_violation_blocks(guide) -> None:
 
 
 def test_solver_workers_import_no_scikit_learn() -> None:
-    # the process pool's fork server preloads solver.sodm / solver.dsvrg; without
+    # the process pool's fork server preloads solver.sodm.hierarchy / solver.linear.dsvrg; without
     # scikit-learn (about 0.9 s of imports) every fit's pool starts that much sooner
     import subprocess
     import sys
 
-    code = ("import sys, solver.sodm, solver.dsvrg; "
+    code = ("import sys, solver.sodm.hierarchy, solver.linear.dsvrg; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()

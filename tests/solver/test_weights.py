@@ -10,12 +10,12 @@ from sklearn.base import clone
 from sklearn.datasets import make_classification
 
 from solver import ODMClassifier, SODMClassifier
-from solver.baseline_estimators import ESTIMATORS as BASELINES
-from solver.dcd_kernel import solve_kernel_dual
-from solver.dcd_linear import solve_linear_dual
+from solver.core.formulation import ODMParams, dual_objective
+from solver.core.kernels import Kernel, kernel_matrix
+from solver.estimators import BASELINE_ESTIMATORS as BASELINES
+from solver.exact.dcd_kernel import solve_kernel_dual
 from solver.exceptions import InvalidParameterError
-from solver.formulation import ODMParams, dual_objective
-from solver.kernels import Kernel, kernel_matrix
+from solver.linear.dcd_linear import solve_linear_dual
 
 TOL = 1e-9
 
@@ -203,7 +203,7 @@ def test_class_weight_unknown_label_named():
 def test_cv_weights_scores():
     """The auto search's fold score: sample-weighted accuracy, or balanced accuracy when the
     model has a class_weight."""
-    from solver.autotune import CVWeights
+    from solver.auto.search import CVWeights
 
     y = np.array([0, 0, 0, 0, 1, 1])
     pred = np.array([0, 0, 0, 0, 0, 1])
@@ -238,10 +238,10 @@ def test_class_weight_text_keys():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_weighted_scan_is_weighted_variance(sparse):
-    """The stored-rows statistics of a Spark job's search (``solver.row_blocks.scan``)
-    weight the variance as the fit does (``solver.training.weighted_variance``)."""
-    from solver.row_blocks import blocks_of, scan
-    from solver.training import weighted_variance
+    """The stored-rows statistics of a Spark job's search (``solver.core.row_blocks.scan``)
+    weight the variance as the fit does (``solver.core.training.weighted_variance``)."""
+    from solver.core.row_blocks import blocks_of, scan
+    from solver.core.training import weighted_variance
 
     X, _, _ = _data(n=300)
     X = np.where(np.abs(X) > 1.0, X, 0.0)

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.config import Settings
-from worker.spark_backend import stop_classic_session
+from app.core.config import Settings
+from worker.spark.spark_backend import stop_classic_session
 
 
 def settings_for(*, master: str | None = None, remote: str | None = None) -> Settings:

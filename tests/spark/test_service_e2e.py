@@ -34,7 +34,7 @@ from tests.spark.helpers import (
     three_classes,
     upload_three_classes,
 )
-from worker.spark_backend import session_id_for
+from worker.spark.spark_backend import session_id_for
 
 pytestmark = pytest.mark.spark
 
@@ -331,7 +331,7 @@ def test_cancel_reaches_a_later_one_vs_rest_problem(sclient, spark_worker, datas
 def test_killed_worker_spark_work_is_interrupted(sclient, spark_worker, guide,
                                                  spark_connect_server):
     """The pool child dies mid-operation: the server would keep running the attempt's Spark
-    job, but the worker releases the dead child's lease at once (worker/child_loss.py) and
+    job, but the worker releases the dead child's lease at once (worker/lifecycle/child_loss.py) and
     the retry interrupts attempt 1's session before its own solve."""
     job = submit(sclient, {"dataset_id": guide["id"], "backend": "spark",
                            "params": LONG_SPARK, "seed": SEED, "name": "guide-killed"})

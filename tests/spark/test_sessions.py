@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import pytest
 
-from worker.spark_backend import (
+from worker.spark.spark_backend import (
     interrupt_job,
     job_tag,
     session_id_for,
@@ -23,12 +23,12 @@ pytestmark = pytest.mark.spark
 
 
 def _kernel_diag_sum(spark) -> float:
-    """Sum of an RBF kernel diagonal computed by ``solver.kernels`` inside executors."""
+    """Sum of an RBF kernel diagonal computed by ``solver.core.kernels`` inside executors."""
 
     def udf(batches):
         import numpy as np
 
-        from solver.kernels import Kernel, kernel_diag
+        from solver.core.kernels import Kernel, kernel_diag
 
         for pdf in batches:
             X = pdf[["id"]].to_numpy(dtype=np.float64)
@@ -114,7 +114,7 @@ def test_interrupt_stops_running_work(kind: str, request: pytest.FixtureRequest)
 def test_a_failing_udf_becomes_a_short_failure(local_settings) -> None:
     """A Python error inside an executor's UDF, as pyspark raises it (a JVM stack and the
     Python worker's traceback), is told as its stage and the error's last line."""
-    from worker.spark_backend import spark_failure
+    from worker.spark.spark_backend import spark_failure
 
     def udf(batches):
         for pdf in batches:

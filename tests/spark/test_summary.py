@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solver.preprocessing import MinMaxScaler
+from solver.core.preprocessing import MinMaxScaler
+from solver.core.training import overall_variance
 from solver.spark.data import batch_moments, merge_partials
-from solver.training import overall_variance
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "csr"])
@@ -54,9 +54,9 @@ def test_the_statistics_pass_collects_the_landmark_candidates(local_settings,
     rule on row ids, in row-id order), and none when meta.json's row count is wrong."""
     import pandas as pd
 
-    from solver.landmarks import is_candidate
+    from solver.sodm.landmarks import is_candidate
     from solver.spark.data import load_frame, summarize
-    from worker.spark_backend import spark_session
+    from worker.spark.spark_backend import spark_session
 
     stored = pd.read_parquet(spark_dataset / "data.parquet").sort_values("row_id")
     n = len(stored)

@@ -14,9 +14,9 @@ import pytest
 
 from solver import SODMClassifier
 from solver.exceptions import FitCancelled
-from solver.model_io import load_model, save_model
+from solver.io.model_io import load_model, save_model
 from tests.spark.helpers import local_fit
-from worker.spark_backend import train_on_spark
+from worker.spark.spark_backend import train_on_spark
 
 pytestmark = pytest.mark.spark
 

@@ -22,7 +22,7 @@ from tests.spark.test_train import (
     _stored,
     fit_both,
 )
-from worker.spark_backend import train_on_spark
+from worker.spark.spark_backend import train_on_spark
 
 pytestmark = pytest.mark.spark
 
@@ -58,10 +58,10 @@ def test_class_weight_gamma_scale(local_settings, spark_dataset: Path) -> None:
 
 
 def test_auto_search_on_stored_rows_is_weighted(spark_dataset: Path) -> None:
-    """The Spark job's "auto" search (``worker.spark_auto``: stored rows scanned, weighted
+    """The Spark job's "auto" search (``worker.spark.spark_auto``: stored rows scanned, weighted
     by class_weight) gives the record the local fit's search gives."""
     from solver import SODMClassifier
-    from worker import spark_auto
+    from worker.spark import spark_auto
 
     X, y = _stored(spark_dataset)
     est = SODMClassifier(kernel="rbf", lam="auto", class_weight="balanced", random_state=SEED)

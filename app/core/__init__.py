@@ -1,0 +1,2 @@
+"""What every process shares: settings, the database and the ORM, logs, problem details,
+metrics."""

@@ -1,0 +1,1 @@
+"""Trained model versions, their aliases, tags and descriptions, and their bytes in Postgres."""

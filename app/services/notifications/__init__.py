@@ -1,0 +1,1 @@
+"""Webhooks: endpoints, where they may point, the delivery outbox and its sending."""

@@ -1,0 +1,668 @@
+"""Automatic ``lam`` / ``gamma`` / ``theta`` ("auto") for the ODM estimators.
+
+Every choice is made on the training rows given to ``fit`` (already min-max scaled with the
+model's own scaler), by k-fold stratified cross-validation accuracy of the *exact* solver
+(``ODMClassifier`` with the estimator's kernel, ``upsilon``, ``tol`` and intercept option):
+
+1. **Coarse grid** over the axes that are "auto" (the others keep the estimator's value):
+   ``lam`` in 10^0 .. 10^6 (one point per decade), ``gamma`` as a multiple 10^-1 .. 10^3 of
+   the "scale" value ``1 / (n_features Var(X))`` (RBF and polynomial kernels only),
+   ``theta`` in {0.2, 0.5, 0.8}.
+2. **Successive halving** (Jamieson & Talwalkar, AISTATS 2016): all candidates are scored on
+   a stratified subsample of ``n / eta^k`` rows (the smallest such size of at least
+   ``min_rows``; all rows when there are fewer than ``eta * min_rows``), the best ``1/eta`` of
+   them (at least two) go on to ``eta`` times more rows (nested subsamples, the last one all
+   rows), until all rows are used or the next rung would not fit the budget. A rung that
+   would not fit whole takes the best of the promoted candidates that do (at least two).
+   Rungs of more than ``max_rows`` rows (default 200,000) are left out.
+   When ``theta`` is searched with ``lam`` or ``gamma`` (``stage_theta``), the first rung
+   scores only the middle theta (0.5), a third of the grid; each (lam, gamma) it promotes
+   goes on at every grid theta, the middle one first. If no later rung runs, those are
+   scored on the first rung's rows (stage "theta") before the refinement.
+3. **Local refinement** on the last rung's rows: a pattern search around the best point,
+   steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
+   steps, while the budget lasts.
+
+**Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
+each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
+with the same gamma, theta and rows (the smaller lam on a tie), scaled by the ratio of the
+pair step's diagonals (:func:`_rescaled_dual`). The start depends only on the order of the
+search, so the choice stays the same on any machine; the optimum is the same, the work to
+reach it smaller (issue 34, docs/auto-params.md "Levers for issue 34").
+
+**Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
+above its floor, a kernel candidate's predicted cost is multiplied by ``1 + slope (log10 lam
+- 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of rows
+alone does not see), so the budget buys fewer of the slowest fits. ``cv_tol`` and
+``refine_min_gain`` are levers measured beside these, off by default.
+
+Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
+cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
+folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
+With weights (:class:`CVWeights`) every CV fit gets its rows' weights and a fold's score is
+the accuracy weighted by the rows' ``sample_weight``, or with ``class_weight`` set the
+(sample-weighted) balanced accuracy: the score the weights say the model is for.
+
+**Budget**: the search may spend ``max(floor_seconds, factor * F)`` CPU seconds, ``F`` the
+CPU seconds of the final fit (defaults 10 s and 3). The decisions are made on *predicted*
+seconds (:class:`CostModel`: a fit of ``m`` rows costs ``q (c0 + c1 m^a (d + d0))``, ``d``
+the mean nonzeros per row, ``q`` the binary problems, ``a`` 2 for kernels and 1 for the
+linear kernel), never on the clock, so the same rows and request give the same choice on
+any machine and under any load (the service's job and the library's fit agree). ``F`` is
+predicted the same way: SODM solves ``n / m`` partitions of ``m`` rows (those whose float32
+kernel fits ``cache_size``), the linear solvers all rows at once. The first rung always
+runs; a later rung, or a refinement step, only when its predicted cost fits what is left.
+The measured CPU seconds of the search (and, by the caller, of the final fit) are recorded
+beside the prediction, with the budget checked on the measured numbers.
+
+**Rows read**: before scoring anything, the search knows the largest rung its budget can
+ever allow (``row_bound``); it only touches the first ``row_bound`` rows of its stratified
+order. Given :class:`~solver.core.row_blocks.LazyRows` instead of a matrix (a Spark job's worker,
+whose rows stay in the stored file), it reads just those rows, so the memory it needs
+grows with the budget, not with the data.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from solver.core.cputime import CpuClock
+from solver.core.row_blocks import LazyRows
+from solver.exceptions import FitCancelled
+
+__all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
+           "AutoResult", "factored_faces", "is_auto", "search", "with_final_fit"]
+
+AUTO = "auto"
+AUTO_PARAMS = ("lam", "gamma", "theta")
+
+
+MakeFn = Callable[[dict[str, float]], Any]
+
+
+@dataclass(frozen=True)
+class CVWeights:
+    """Row weights of a search: ``fit`` (sample x class weight) for the CV fits, ``score``
+    (the sample weights alone, or None) for the validation rows' score, and ``balanced``:
+    score by balanced accuracy (the model has a ``class_weight``)."""
+
+    fit: np.ndarray | None = None
+    score: np.ndarray | None = None
+    balanced: bool = False
+
+    def fold_score(self, y: np.ndarray, pred: np.ndarray, va: np.ndarray) -> float:
+        """The score of predictions ``pred`` of validation rows ``va`` (labels ``y``)."""
+        w = None if self.score is None else self.score[va]
+        if self.balanced:
+            from sklearn.metrics import balanced_accuracy_score
+
+            return float(balanced_accuracy_score(y, pred, sample_weight=w))
+        return float(np.average(pred == y, weights=w))
+
+
+def is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == AUTO
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Predicted CPU seconds of one exact-solver fit (one BLAS thread): ``q * (overhead +
+    unit * rows**exponent * (width + width_offset))``, ``width`` the mean nonzeros per row.
+    The constants come from ``bench.autotune_cost`` (docs/auto-params.md); the faces the
+    Newton step factors grow with lam, so one fit may take a few times more or less."""
+
+    exponent: float
+    overhead: float
+    unit: float
+    width_offset: float
+
+    def fit_seconds(self, rows: float, width: float, problems: int) -> float:
+        return problems * (self.overhead
+                           + self.unit * rows ** self.exponent * (width + self.width_offset))
+
+
+KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=3.29e-10, width_offset=100.0)
+LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.9e-8, width_offset=0.0)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The search's knobs (see the module docstring)."""
+
+    folds: int = 3
+    eta: int = 3
+    min_rows: int = 500
+    keep_min: int = 2
+    log_lam: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    log_gamma_mult: tuple[float, ...] = (-1.0, 0.0, 1.0, 2.0, 3.0)
+    theta: tuple[float, ...] = (0.2, 0.5, 0.8)
+    stage_theta: bool = True
+    log_step: float = 0.5
+    theta_step: float = 0.15
+    refine_rounds: int = 2
+    theta_bounds: tuple[float, float] = (0.05, 0.95)
+    log_lam_bounds: tuple[float, float] = (-2.0, 8.0)
+    log_gamma_bounds: tuple[float, float] = (-3.0, 5.0)
+    budget_factor: float = 3.0
+    budget_floor_seconds: float = 10.0
+    max_rows: int | None = 200_000
+    cv_tol: float | None = None
+    warm_lam: bool = True
+    refine_min_gain: float = 0.0
+    lam_cost_slope: float = 0.5
+
+
+# what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
+# in its own process for A/B runs)
+DEFAULT_SETTINGS = SearchSettings()
+
+
+@dataclass(frozen=True, order=True)
+class _Point:
+    """A candidate: log10 lam, log10 (gamma / scale gamma), theta (rounded keys)."""
+
+    log_lam: float
+    log_gamma_mult: float
+    theta: float
+
+
+@dataclass
+class _Score:
+    point: _Point
+    rows: int
+    stage: str
+    mean_accuracy: float
+    std_accuracy: float
+    fold_accuracy: list[float]
+    cpu_seconds: float
+    faces: list[list[int]]  # per fold: the faces its Newton steps factored (NewtonWork)
+
+
+@dataclass
+class AutoResult:
+    """The chosen values and how they were found (``info()`` is what ``fit_info`` keeps)."""
+
+    lam: float
+    gamma: float
+    theta: float
+    auto: tuple[str, ...]
+    gamma_scale: float
+    table: list[dict[str, Any]]
+    rungs: list[dict[str, Any]]
+    folds: int
+    rows: int
+    cpu_seconds: float
+    predicted_cpu_seconds: float
+    wall_seconds: float
+    budget_cpu_seconds: float
+    final_fit_estimate_cpu_seconds: float
+    stop_reason: str
+    row_bound: int = 0
+    settings: SearchSettings = field(default_factory=SearchSettings)
+
+    def info(self) -> dict[str, Any]:
+        s = self.settings
+        staged = " (first rung at the middle theta only)" if _stages_theta(s, self.auto) else ""
+        return {
+            "auto": list(self.auto),
+            "chosen": {"lam": self.lam, "gamma": self.gamma, "theta": self.theta},
+            "gamma_scale": self.gamma_scale,
+            "method": (f"successive halving (eta={s.eta}, first rung >= {s.min_rows} rows) over "
+                       f"lam 10^{s.log_lam[0]:g}..10^{s.log_lam[-1]:g}, gamma "
+                       f"10^{s.log_gamma_mult[0]:g}..10^{s.log_gamma_mult[-1]:g} x scale, "
+                       f"theta {list(s.theta)}{staged}; then pattern search on the last rung; "
+                       f"{self.folds}-fold stratified CV accuracy, exact solver"),
+            "folds": self.folds,
+            "rows": self.rows,
+            "row_bound": self.row_bound,
+            "rungs": self.rungs,
+            "cv_table": self.table,
+            "cpu_seconds": self.cpu_seconds,
+            "predicted_cpu_seconds": self.predicted_cpu_seconds,
+            "wall_seconds": self.wall_seconds,
+            "budget_cpu_seconds": self.budget_cpu_seconds,
+            "final_fit_estimate_cpu_seconds": self.final_fit_estimate_cpu_seconds,
+            "budget_rule": (f"search CPU <= max({s.budget_floor_seconds:g} s, "
+                            f"{s.budget_factor:g} x final fit CPU), both predicted by the "
+                            "cost model for the decisions, measured for the check"),
+            "budget_floor_seconds": s.budget_floor_seconds,
+            "budget_factor": s.budget_factor,
+            "stop_reason": self.stop_reason,
+        }
+
+
+def factored_faces(est) -> list[int]:
+    """The size of every face a fitted estimator's Newton steps factored, from its history
+    (``NewtonWork.record``; none for the linear kernel)."""
+    return [int(f) for rec in est.history_ for f in rec.get("faces_factored", ())]
+
+
+def _full_dual(est, y_idx: np.ndarray) -> np.ndarray:
+    """The ``(m, 2)`` dual ``[zeta, beta]`` of a fitted binary kernel ``ODMClassifier``,
+    rebuilt from its support vectors' coefficients ``y (zeta - beta)`` (one of the pair is
+    zero at the solver's every step)."""
+    alpha = np.zeros((len(y_idx), 2))
+    sign = np.where(y_idx[est.support_] == 1, 1.0, -1.0)
+    d = sign * est.dual_coef_[0]
+    alpha[est.support_, 0] = np.maximum(d, 0.0)
+    alpha[est.support_, 1] = np.maximum(-d, 0.0)
+    return alpha
+
+
+def _rescaled_dual(alpha: np.ndarray, old: _Point, new: _Point, m: int,
+                   upsilon: float) -> np.ndarray:
+    """``alpha`` (the duals at ``old``'s lam) scaled towards ``new``'s lam as a pair's
+    closed-form step scales with its diagonal: ``(1 + d_old) / (1 + d_new)``, ``d`` the
+    zeta (``m c upsilon``) or beta (``m c``) diagonal term of each lam, unit kernel
+    diagonal (so about ``lam_new / lam_old`` where ``d`` dominates, 1 at large lam)."""
+    def diag(p: _Point) -> np.ndarray:
+        c = (1.0 - p.theta) ** 2 / (10.0 ** p.log_lam * upsilon)
+        return np.array([m * c * upsilon, m * c])
+
+    return alpha * ((1.0 + diag(old)) / (1.0 + diag(new)))
+
+
+def _mean_width(X) -> float:
+    """Mean nonzeros per row (sparse or dense)."""
+    n = max(1, X.shape[0])
+    nnz = X.nnz if hasattr(X, "nnz") else np.count_nonzero(X)
+    return float(nnz) / n
+
+
+def _stratified_order(y_idx: np.ndarray, folds: int, rng: np.random.Generator) -> np.ndarray:
+    """A row order whose every prefix holds the classes in proportion (nested subsamples);
+    the first ``folds`` rows of each class come first so every rung can be stratified."""
+    n = len(y_idx)
+    rank = np.empty(n)
+    for c in np.unique(y_idx):
+        idx = np.flatnonzero(y_idx == c)
+        idx = idx[rng.permutation(len(idx))]
+        r = (np.arange(len(idx)) + rng.random(len(idx))) / len(idx)
+        r[:folds] -= 1.0
+        rank[idx] = r
+    return np.argsort(rank, kind="stable")
+
+
+def _stages_theta(s: SearchSettings, auto: tuple[str, ...]) -> bool:
+    """The first rung holds the middle theta only: theta is searched with lam or gamma."""
+    return s.stage_theta and "theta" in auto and len(auto) > 1 and len(s.theta) > 1
+
+
+def _rung_sizes(n: int, s: SearchSettings) -> list[int]:
+    """Rows per rung: n, n/eta, n/eta^2, ... down to the first size of at least ``min_rows``
+    (all rows when n < eta * min_rows), smallest first; sizes over ``max_rows`` are left
+    out (the smallest always stays)."""
+    sizes = [n]
+    while sizes[-1] // s.eta >= s.min_rows:
+        sizes.append(sizes[-1] // s.eta)
+    capped = [m for m in sizes if s.max_rows is None or m <= s.max_rows] or sizes[-1:]
+    return capped[::-1]
+
+
+class _Search:
+    def __init__(self, make: MakeFn, linear: bool, Xs, y: np.ndarray, *, gamma_scale: float,
+                 fixed: dict[str, float], auto: tuple[str, ...], seed: int,
+                 settings: SearchSettings, should_stop: Callable[[], bool] | None,
+                 progress: Callable[[float, str], None] | None,
+                 solve_rows: int | None, weights: CVWeights | None = None) -> None:
+        self.make = make
+        self.weights = weights or CVWeights()
+        self.Xs = Xs
+        self.y = y
+        self.gamma_scale = gamma_scale
+        self.fixed = fixed
+        self.auto = auto
+        self.seed = seed
+        self.s = settings
+        self.should_stop = should_stop
+        self.progress = progress
+        self.scores: dict[tuple[_Point, int], _Score] = {}
+        self.table: list[_Score] = []
+        classes, y_idx = np.unique(y, return_inverse=True)
+        self.y_idx = y_idx
+        self.cost = LINEAR_COST if linear else KERNEL_COST
+        self.problems = 1 if len(classes) <= 2 else len(classes)
+        # warm starts along the lam path: binary kernel problems (the duals of each fold)
+        self.warm = settings.warm_lam and not linear and self.problems == 1
+        self.duals: dict[tuple[_Point, int, int], np.ndarray] = {}
+        lazy = isinstance(Xs, LazyRows)
+        self.width = Xs.stats.width if lazy else _mean_width(Xs)
+        n = float(len(y))
+        m_solve = n if linear or solve_rows is None else min(n, float(solve_rows))
+        self.final_estimate = n / m_solve * self.fit_seconds(m_solve)
+        self.budget = max(settings.budget_floor_seconds,
+                          settings.budget_factor * self.final_estimate)
+        self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
+        self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
+        self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.sizes = _rung_sizes(len(y), settings)
+        self.row_bound = self._row_bound()
+        # rows read on demand: only the prefix of the order that some rung may use
+        self.positions = np.sort(self.order[:self.row_bound]) if lazy else None
+        self.Xs = Xs.load(self.positions) if lazy else Xs
+
+    # ---------------------------------------------------------------------- candidates
+    def point(self, log_lam: float, log_gm: float, theta: float) -> _Point:
+        lo, hi = self.s.theta_bounds
+        return _Point(round(float(log_lam), 4), round(float(log_gm), 4),
+                      round(min(hi, max(lo, float(theta))), 4))
+
+    def mid_theta(self) -> float:
+        return sorted(self.s.theta)[len(self.s.theta) // 2]
+
+    def grid(self, only_mid_theta: bool = False) -> list[_Point]:
+        lams = self.s.log_lam if "lam" in self.auto else (math.log10(self.fixed["lam"]),)
+        gms = (self.s.log_gamma_mult if "gamma" in self.auto
+               else (math.log10(self.fixed["gamma"] / self.gamma_scale),))
+        thetas = self.s.theta if "theta" in self.auto else (self.fixed["theta"],)
+        if only_mid_theta:
+            thetas = (self.mid_theta(),)
+        return [self.point(a, b, c) for a in lams for b in gms for c in thetas]
+
+    def all_thetas(self, cands: list[_Point]) -> list[_Point]:
+        """Each promoted (lam, gamma) at every grid theta, the middle one first."""
+        mid = self.mid_theta()
+        thetas = sorted(self.s.theta, key=lambda t: abs(t - mid))
+        return [self.point(p.log_lam, p.log_gamma_mult, t) for p in cands for t in thetas]
+
+    def rows(self, idx: np.ndarray):
+        """The scaled training rows at positions ``idx``."""
+        if self.positions is None:
+            return self.Xs[idx]
+        return self.Xs[np.searchsorted(self.positions, idx)]
+
+    def values(self, p: _Point) -> dict[str, float]:
+        return {"lam": 10.0 ** p.log_lam, "gamma": self.gamma_scale * 10.0 ** p.log_gamma_mult,
+                "theta": p.theta}
+
+    def fit_values(self, p: _Point) -> dict[str, float]:
+        """What ``make`` gets for a CV fit: the candidate's values, plus ``tol`` when the
+        settings loosen the CV fits' tolerance (``cv_tol``)."""
+        vals = self.values(p)
+        if self.s.cv_tol is not None:
+            vals["tol"] = float(self.s.cv_tol)
+        return vals
+
+    @staticmethod
+    def preference(sc: _Score) -> tuple:
+        """Sort key: best accuracy, then smaller lam, smaller gamma, theta nearer 0.5."""
+        p = sc.point
+        return (-sc.mean_accuracy, p.log_lam, p.log_gamma_mult, abs(p.theta - 0.5))
+
+    # ------------------------------------------------------------------------ scoring
+    def splits(self, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        if rows not in self._splits:
+            from sklearn.model_selection import StratifiedKFold
+
+            idx = np.sort(self.order[:rows])
+            skf = StratifiedKFold(n_splits=self.s.folds, shuffle=True,
+                                  random_state=self.seed % (2**31 - 1))
+            self._splits[rows] = [(idx[tr], idx[va])
+                                  for tr, va in skf.split(np.zeros(rows), self.y_idx[idx])]
+        return self._splits[rows]
+
+    def score(self, p: _Point, rows: int, stage: str) -> _Score:
+        key = (p, rows)
+        if key in self.scores:
+            return self.scores[key]
+        from sklearn.exceptions import ConvergenceWarning
+
+        self.predicted += self.candidate_seconds(p, rows)
+        t0 = time.process_time()
+        accs, faces = [], []
+        start = self.warm_source(p, rows)
+        for f, (tr, va) in enumerate(self.splits(rows)):
+            if self.should_stop is not None and self.should_stop():
+                raise FitCancelled("cancelled during the hyperparameter search")
+            est = self.make(self.fit_values(p))
+            if start is not None:
+                est._dual_start = _rescaled_dual(self.duals[(start, rows, f)], start, p,
+                                                 len(tr), getattr(est, "upsilon", 1.0))
+            with warnings.catch_warnings():
+                # a candidate that stops at max_iter is scored as it stands (its accuracy
+                # says what it is worth); one warning per CV fit would drown the log
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                kw = {} if self.weights.fit is None else {"sample_weight": self.weights.fit[tr]}
+                est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop, **kw)
+            accs.append(self.weights.fold_score(self.y[va], est.predict(self.rows(va)), va))
+            faces.append(factored_faces(est))
+            if self.warm:
+                self.duals[(p, rows, f)] = _full_dual(est, self.y_idx[tr])
+        sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
+                    time.process_time() - t0, faces)
+        self.scores[key] = sc
+        self.table.append(sc)
+        return sc
+
+    def warm_source(self, p: _Point, rows: int) -> _Point | None:
+        """The scored candidate whose duals start ``p``'s folds (``warm_lam``): the same
+        gamma, theta and rows, the nearest lam (the smaller on a tie); None if none."""
+        if not self.warm:
+            return None
+        near = [q for (q, m, f) in self.duals if m == rows and f == 0
+                and q.log_gamma_mult == p.log_gamma_mult and q.theta == p.theta
+                and q.log_lam != p.log_lam]
+        if not near:
+            return None
+        return min(near, key=lambda q: (abs(q.log_lam - p.log_lam), q.log_lam))
+
+    # ------------------------------------------------------------------------- budget
+    def fit_seconds(self, rows: float) -> float:
+        return self.cost.fit_seconds(rows, self.width, self.problems)
+
+    def cv_seconds(self, rows: int) -> float:
+        """Predicted CPU seconds of scoring one candidate on ``rows`` rows (k fits)."""
+        k = self.s.folds
+        return k * self.fit_seconds(rows * (k - 1) / k)
+
+    def candidate_seconds(self, p: _Point, rows: int) -> float:
+        """Predicted CPU seconds of scoring candidate ``p`` on ``rows`` rows: the rows'
+        :meth:`cv_seconds`, weighted up for large lam (``lam_cost_slope`` per decade over
+        10^3; kernels only) where the Newton step factors larger faces. Not where the
+        budget is its floor: a small search keeps the candidates it always had."""
+        base = self.cv_seconds(rows)
+        if (self.s.lam_cost_slope <= 0 or self.cost is LINEAR_COST
+                or self.budget <= self.s.budget_floor_seconds):
+            return base
+        return base * (1.0 + self.s.lam_cost_slope * max(0.0, p.log_lam - 3.0))
+
+    def left(self) -> float:
+        return self.budget - self.predicted
+
+    def _row_bound(self) -> int:
+        """The most rows a rung can use: the first rung's, or the largest later one whose
+        ``keep_min`` candidates and the refinement reserve fit the whole budget (what
+        :meth:`fits` allows before anything is spent)."""
+        bound = self.sizes[0]
+        for rows in self.sizes[1:]:
+            each = self.cv_seconds(rows)
+            if (self.budget - 2 * max(1, len(self.auto)) * each) // each < self.s.keep_min:
+                break
+            bound = rows
+        return bound
+
+    # ------------------------------------------------------------------------- search
+    def run(self) -> tuple[_Score, list[dict[str, Any]], str]:
+        s = self.s
+        sizes = self.sizes
+        staged = _stages_theta(s, self.auto)
+        cands = self.grid(only_mid_theta=staged)
+        rungs: list[dict[str, Any]] = []
+        ranked: list[_Score] = []
+        stop = "all rows used" if sizes[-1] == len(self.y) else f"row cap ({s.max_rows})"
+        for r, rows in enumerate(sizes):
+            if r > 0:
+                fits = self.fits(rows)
+                if fits < s.keep_min:
+                    stop = "budget"
+                    break
+                cands = cands[:fits]
+            ranked = self.rung(rungs, f"halving {r}", rows, cands)
+            keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
+            cands = [sc.point for sc in ranked[:keep]]
+            if staged and r == 0:
+                cands = self.all_thetas(cands)
+        if staged and len(rungs) == 1:
+            # no later rung took the other thetas: score them on the first rung's rows
+            rows = ranked[0].rows
+            todo = [p for p in cands if (p, rows) not in self.scores][:max(0, self.fits(rows))]
+            if todo:
+                self.rung(rungs, "theta", rows, todo)
+                ranked = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
+                                key=self.preference)
+        best = ranked[0]
+        rows = best.rows
+        best, refine_stop = self._refine(best, rows)
+        if refine_stop == "budget":
+            stop = "budget"
+        return best, rungs, stop
+
+    def fits(self, rows: int) -> int:
+        """How many candidates on ``rows`` rows fit what is left of the budget, keeping one
+        refinement round (two neighbours per axis) in reserve."""
+        each = self.cv_seconds(rows)
+        return int((self.left() - 2 * max(1, len(self.auto)) * each) // each)
+
+    def rung(self, rungs: list[dict[str, Any]], stage: str, rows: int,
+             cands: list[_Point]) -> list[_Score]:
+        """Score ``cands`` on ``rows`` rows, record the rung, return the scores ranked."""
+        t_rung = time.process_time()
+        scored = []
+        for i, p in enumerate(cands):
+            scored.append(self.score(p, rows, stage))
+            self._report(f"auto search: {stage} ({rows} rows), {i + 1}/{len(cands)}")
+        rungs.append({"rung": len(rungs), "stage": stage, "rows": rows,
+                      "candidates": len(cands),
+                      "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
+                      "cpu_seconds": time.process_time() - t_rung})
+        return sorted(scored, key=self.preference)
+
+    def _neighbours(self, p: _Point, step: float, tstep: float) -> list[_Point]:
+        out = []
+        lo_l, hi_l = self.s.log_lam_bounds
+        lo_g, hi_g = self.s.log_gamma_bounds
+        for d in (-1, 1):
+            if "lam" in self.auto and lo_l <= p.log_lam + d * step <= hi_l:
+                out.append(self.point(p.log_lam + d * step, p.log_gamma_mult, p.theta))
+            if "gamma" in self.auto and lo_g <= p.log_gamma_mult + d * step <= hi_g:
+                out.append(self.point(p.log_lam, p.log_gamma_mult + d * step, p.theta))
+            if "theta" in self.auto:
+                q = self.point(p.log_lam, p.log_gamma_mult, p.theta + d * tstep)
+                if q != p:
+                    out.append(q)
+        return out
+
+    def moves(self, sc: _Score, best: _Score) -> bool:
+        """Whether the refinement moves from ``best`` to the neighbour ``sc``: preferred
+        and either at least ``refine_min_gain`` more accurate, or as accurate with a smaller
+        lam (the plateau stop: gains below the folds' resolution do not buy more steps)."""
+        if self.preference(sc) >= self.preference(best):
+            return False
+        gain = sc.mean_accuracy - best.mean_accuracy
+        return gain >= self.s.refine_min_gain or (
+            gain >= 0 and sc.point.log_lam < best.point.log_lam)
+
+    def _refine(self, best: _Score, rows: int) -> tuple[_Score, str]:
+        step, tstep = self.s.log_step, self.s.theta_step
+        for _ in range(self.s.refine_rounds):
+            improved = True
+            while improved:
+                improved = False
+                for q in self._neighbours(best.point, step, tstep):
+                    if (q, rows) in self.scores:
+                        continue
+                    if self.candidate_seconds(q, rows) > self.left():
+                        return best, "budget"
+                    sc = self.score(q, rows, "refine")
+                    self._report(f"auto search: refining on {rows} rows")
+                    if self.moves(sc, best):
+                        best = sc
+                        improved = True
+                        break
+            step, tstep = step / 2, tstep / 2
+        return best, "refined"
+
+    def _report(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(min(0.99, self.predicted / max(self.budget, 1e-9)), message)
+
+
+def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
+           fixed: dict[str, float], auto: tuple[str, ...], seed: int,
+           solve_rows: int | None = None, settings: SearchSettings | None = None,
+           should_stop: Callable[[], bool] | None = None,
+           progress: Callable[[float, str], None] | None = None,
+           weights: CVWeights | None = None) -> AutoResult:
+    """Choose the ``auto`` parameters for training rows ``Xs`` (scaled) and labels ``y``.
+
+    ``Xs``: the scaled rows, or :class:`~solver.core.row_blocks.LazyRows` that reads the ones
+    the search uses (the same result); ``make(values)``: a fresh exact-solver estimator
+    (``ODMClassifier`` with the model's kernel, degree, coef0, upsilon, tol, max_iter,
+    cache_size and intercept option, and ``scale=False`` since ``Xs`` is already scaled) at
+    ``values`` = ``{lam, gamma, theta}``; ``linear``: the kernel is linear (no gamma; cost
+    linear in the rows); ``fixed``: the values of the parameters that are not auto
+    (``gamma`` numeric); ``gamma_scale``: the "scale" gamma of ``Xs``; ``solve_rows``: the
+    rows of one solve of the final fit (SODM's partitions), None for all rows; ``weights``:
+    the rows' weights and the score they ask for (:class:`CVWeights`). With fewer
+    than two rows of some class per fold there is nothing to cross-validate and the
+    estimator's documented defaults are returned (``stop_reason`` says so).
+    """
+    s = settings or DEFAULT_SETTINGS
+    auto = tuple(a for a in AUTO_PARAMS if a in auto)
+    y = np.asarray(y)
+    t0 = time.perf_counter()
+    _, counts = np.unique(y, return_counts=True)
+    folds = int(min(s.folds, counts.min())) if len(counts) else 0
+    with CpuClock() as clock:
+        if folds < 2:
+            chosen = {"lam": fixed.get("lam", 1000.0), "gamma": fixed.get("gamma", gamma_scale),
+                      "theta": fixed.get("theta", 0.2)}
+            return AutoResult(**chosen, auto=auto, gamma_scale=gamma_scale, table=[],
+                              rungs=[], folds=0, rows=0, cpu_seconds=0.0,
+                              predicted_cpu_seconds=0.0, wall_seconds=time.perf_counter() - t0,
+                              budget_cpu_seconds=s.budget_floor_seconds,
+                              final_fit_estimate_cpu_seconds=0.0,
+                              stop_reason="too few rows per class to cross-validate; "
+                                          "defaults used", settings=s)
+        if folds != s.folds:
+            s = SearchSettings(**{**asdict(s), "folds": folds})
+        srch = _Search(make, linear, Xs, y, gamma_scale=gamma_scale, fixed=fixed, auto=auto,
+                       seed=seed,
+                       settings=s, should_stop=should_stop, progress=progress,
+                       solve_rows=solve_rows, weights=weights)
+        # One BLAS thread: the CV problems are small and idle OpenBLAS threads spin
+        # (docs/auto-params.md, "One BLAS thread").
+        import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            best, rungs, stop = srch.run()
+    vals = srch.values(best.point)
+    table = [{**srch.values(sc.point), "gamma_mult": 10.0 ** sc.point.log_gamma_mult,
+              "rows": sc.rows, "stage": sc.stage, "mean_accuracy": sc.mean_accuracy,
+              "std_accuracy": sc.std_accuracy, "fold_accuracy": sc.fold_accuracy,
+              "cpu_seconds": sc.cpu_seconds, "faces": sc.faces} for sc in srch.table]
+    return AutoResult(lam=vals["lam"], gamma=vals["gamma"], theta=vals["theta"], auto=auto,
+                      gamma_scale=gamma_scale, table=table, rungs=rungs, folds=s.folds,
+                      rows=best.rows, cpu_seconds=clock.seconds,
+                      predicted_cpu_seconds=srch.predicted,
+                      wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
+                      final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
+                      row_bound=srch.row_bound, settings=s)
+
+
+def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:
+    """The search record plus the final fit's CPU seconds and the budget check on the
+    measured numbers."""
+    rule = max(search_info["budget_floor_seconds"],
+               search_info["budget_factor"] * final_cpu)
+    return {**search_info, "final_fit_cpu_seconds": final_cpu,
+            "budget_allowed_cpu_seconds": rule,
+            "within_budget": bool(search_info["cpu_seconds"] <= rule)}

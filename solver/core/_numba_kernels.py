@@ -1,0 +1,322 @@
+"""Compiled inner loops of the ODM dual coordinate-descent solvers (numba, ``cache=True``).
+
+Both solvers update one instance's pair ``(zeta_i, beta_i)`` at a time, exactly.  With the
+other variables fixed, let ``r = u_i - K_ii (zeta_i - beta_i)`` be the margin the instance
+would have without its own contribution.  The 2-variable problem
+
+    1/2 K_ii (z - b)^2 + r (z - b) + dz/2 z^2 + db/2 b^2 + (theta-1) z + (theta+1) b,  z, b >= 0
+
+(dz = M c upsilon, db = M c) has the closed-form minimiser
+
+    r < 1-theta:  z = (1-theta-r)/(K_ii+dz), b = 0
+    r > 1+theta:  z = 0, b = (r-1-theta)/(K_ii+db)
+    otherwise:    z = b = 0
+
+(the zeta side and the beta side cannot both be positive because 1-theta < 1+theta; one checks
+that the gradient of the zero variable is then nonnegative, so this is the joint optimum).
+
+``dz`` and ``db`` are per-instance arrays: with sample weights ``c_i`` the loss term of
+instance i is multiplied by ``c_i``, which divides its dual diagonal terms by ``c_i``
+(:func:`solver.core.formulation.diag_vectors`); unweighted problems pass constant arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# updates whose projected-gradient violation is below this are skipped (as in LIBLINEAR)
+SKIP = 1e-12
+
+
+@njit(cache=True, inline="always")
+def _pair_step(ui, z, b, kii, dz, db, theta):
+    """Violation of the pair and its exact new values ``(viol, gz, gb, new_z, new_b)``."""
+    gz = ui + dz * z + theta - 1.0
+    gb = -ui + db * b + theta + 1.0
+    vz = abs(gz) if z > 0.0 else max(-gz, 0.0)
+    vb = abs(gb) if b > 0.0 else max(-gb, 0.0)
+    v = vz if vz > vb else vb
+    r = ui - kii * (z - b)
+    nz = 0.0
+    nb = 0.0
+    if r < 1.0 - theta:
+        nz = (1.0 - theta - r) / (kii + dz)
+    elif r > 1.0 + theta:
+        nb = (r - 1.0 - theta) / (kii + db)
+    return v, gz, gb, nz, nb
+
+
+@njit(cache=True)
+def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alpha, f,
+                 dz, db, theta, active, shrink_thr, shrinking, stats, skip):
+    """Visit ``order[start:stop]``; ``f = K nu`` (nu = y (zeta - beta)) is kept for all m.
+
+    Returns the position reached: ``stop`` when done, or the position of the first instance
+    whose update needs a kernel column that is not cached (``slot[i] < 0``); nothing is
+    changed for that instance, so the caller fetches the column and resumes there.
+    ``stats`` accumulates [max violation seen, number shrunk, number of updates].
+    """
+    m = f.shape[0]
+    for p in range(start, stop):
+        i = order[p]
+        z = alpha[i, 0]
+        b = alpha[i, 1]
+        yi = y[i]
+        v, gz, gb, nz, nb = _pair_step(yi * f[i], z, b, kdiag[i], dz[i], db[i], theta)
+        if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
+            active[i] = False
+            stats[1] += 1.0
+            continue
+        if v > stats[0]:
+            stats[0] = v
+        if v <= skip:
+            continue
+        d = (nz - nb) - (z - b)
+        if d == 0.0:
+            alpha[i, 0] = nz
+            alpha[i, 1] = nb
+            continue
+        s = slot[i]
+        if s < 0:
+            return p
+        last_used[s] = tick
+        alpha[i, 0] = nz
+        alpha[i, 1] = nb
+        dd = d * yi
+        col = cache[s]
+        for j in range(m):
+            f[j] += dd * col[j]
+        stats[2] += 1.0
+    return stop
+
+
+@njit(cache=True)
+def pair_violations(f, y, alpha, dz, db, theta, out):
+    """Per-instance max projected-gradient violation given ``f`` (u_i = y_i f_i)."""
+    for i in range(f.shape[0]):
+        v, gz, gb, nz, nb = _pair_step(y[i] * f[i], alpha[i, 0], alpha[i, 1], 1.0, dz[i],
+                                       db[i], theta)
+        out[i] = v
+    return out
+
+
+@njit(cache=True)
+def linear_sweep_dense(order, X, y, sqn, alpha, w, dz, db, theta, active, shrink_thr,
+                       shrinking, stats):
+    """One LIBLINEAR-style pass over ``order`` for dense X, maintaining ``w = X' nu``."""
+    n = X.shape[1]
+    for p in range(order.shape[0]):
+        i = order[p]
+        xi = X[i]
+        acc = 0.0
+        for k in range(n):
+            acc += w[k] * xi[k]
+        z = alpha[i, 0]
+        b = alpha[i, 1]
+        yi = y[i]
+        v, gz, gb, nz, nb = _pair_step(yi * acc, z, b, sqn[i], dz[i], db[i], theta)
+        if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
+            active[i] = False
+            stats[1] += 1.0
+            continue
+        if v > stats[0]:
+            stats[0] = v
+        if v <= SKIP:
+            continue
+        d = (nz - nb) - (z - b)
+        alpha[i, 0] = nz
+        alpha[i, 1] = nb
+        if d != 0.0:
+            dd = d * yi
+            for k in range(n):
+                w[k] += dd * xi[k]
+            stats[2] += 1.0
+
+
+@njit(cache=True)
+def linear_sweep_csr(order, indptr, indices, data, y, sqn, alpha, w, dz, db, theta, active,
+                     shrink_thr, shrinking, stats):
+    """One LIBLINEAR-style pass over ``order`` for CSR X, O(nnz) per pass."""
+    for p in range(order.shape[0]):
+        i = order[p]
+        s0 = indptr[i]
+        s1 = indptr[i + 1]
+        acc = 0.0
+        for k in range(s0, s1):
+            acc += w[indices[k]] * data[k]
+        z = alpha[i, 0]
+        b = alpha[i, 1]
+        yi = y[i]
+        v, gz, gb, nz, nb = _pair_step(yi * acc, z, b, sqn[i], dz[i], db[i], theta)
+        if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
+            active[i] = False
+            stats[1] += 1.0
+            continue
+        if v > stats[0]:
+            stats[0] = v
+        if v <= SKIP:
+            continue
+        d = (nz - nb) - (z - b)
+        alpha[i, 0] = nz
+        alpha[i, 1] = nb
+        if d != 0.0:
+            dd = d * yi
+            for k in range(s0, s1):
+                w[indices[k]] += dd * data[k]
+            stats[2] += 1.0
+
+
+@njit(cache=True)
+def violations_from_margins(u, alpha, dz, db, theta, out):
+    """Per-instance violation given the margins ``u_i = y_i w.x_i``."""
+    for i in range(u.shape[0]):
+        v, gz, gb, nz, nb = _pair_step(u[i], alpha[i, 0], alpha[i, 1], 1.0, dz[i], db[i], theta)
+        out[i] = v
+    return out
+
+
+def warmup() -> None:
+    """Compile (or load from the on-disk cache) every loop once, on tiny inputs."""
+    y = np.ones(2)
+    a = np.zeros((2, 2))
+    f = np.zeros(2)
+    act = np.ones(2, dtype=np.bool_)
+    st = np.zeros(3)
+    order = np.arange(2, dtype=np.int64)
+    for dt in (np.float64, np.float32):
+        kernel_sweep(order, 0, 2, np.arange(2, dtype=np.int64), np.eye(2, dtype=dt),
+                     np.zeros(2, dtype=np.int64), 1, np.ones(2), y, a.copy(), f.copy(),
+                     y, y, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12)
+    pair_violations(f, y, a, y, y, 0.1, np.empty(2))
+    violations_from_margins(f, a, y, y, 0.1, np.empty(2))
+    rbf_combination(np.eye(2), f, f, 1.0, np.ones((2, 1)), np.zeros((2, 1)))
+    poly_combination(np.eye(2), 1.0, 1.0, 3, np.ones((2, 1)), np.zeros((2, 1)))
+
+
+# ------------------------------------------------------------------ kernel-block finishing
+_LOG2E = 1.4426950408889634
+_LN2HI = 0.6931471803691238
+_LN2LO = 1.9082149292705877e-10
+
+
+@njit(cache=True, fastmath=True, inline="always")
+def _exp_neg(x):
+    """exp(x) for x <= 0, branch-free Cody-Waite reduction + degree-11 Taylor polynomial
+    (relative error ~1e-14); vectorises where libm's exp does not."""
+    under = x < -708.0
+    x = max(x, -708.0)
+    kf = math.floor(x * _LOG2E + 0.5)
+    r = (x - kf * _LN2HI) - kf * _LN2LO
+    p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (
+        1.0 / 120 + r * (1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (
+            1.0 / 362880 + r * (1.0 / 3628800 + r / 39916800))))))))))
+    k = np.int64(kf)
+    e = p * np.int64((k + 1023) << 52).view(np.float64)
+    return 0.0 if under else e
+
+
+@njit(cache=True, fastmath=True, inline="always")
+def _rbf(g, sa, sb, gamma):
+    """``exp(-gamma * max(0, sa + sb - 2 g))`` from an inner product and two squared norms."""
+    return _exp_neg(gamma * min(2.0 * g - sa - sb, 0.0))
+
+
+@njit(cache=True, fastmath=True, inline="always")
+def _poly(g, gamma, coef0, degree):
+    """``(gamma g + coef0)^degree`` by repeated multiplication (integer degree)."""
+    t = gamma * g + coef0
+    acc = 1.0
+    for _ in range(degree):
+        acc *= t
+    return acc
+
+
+@njit(cache=True, fastmath=True)
+def rbf_finish(G, sa, sb, gamma, out):
+    """``out = exp(-gamma * max(0, sa_i + sb_j - 2 G_ij))`` in one pass (any out dtype)."""
+    n, m = G.shape
+    for i in range(n):
+        g = G[i]
+        o = out[i]
+        s = sa[i]
+        for j in range(m):
+            o[j] = _rbf(g[j], s, sb[j], gamma)
+
+
+@njit(cache=True, fastmath=True)
+def poly_finish(G, gamma, coef0, degree, out):
+    """``out = (gamma G + coef0)^degree`` in one pass (any out dtype)."""
+    n, m = G.shape
+    for i in range(n):
+        g = G[i]
+        o = out[i]
+        for j in range(m):
+            o[j] = _poly(g[j], gamma, coef0, degree)
+
+
+
+@njit(cache=True)
+def rows_combination(cache, rows, coef, out):
+    """``out = sum_r coef[r] * cache[rows[r]]`` (float64 accumulation of any-dtype rows).
+
+    With a symmetric kernel matrix this is ``K[:, rows] @ coef``: contiguous row reads only.
+    """
+    m = out.shape[0]
+    for j in range(m):
+        out[j] = 0.0
+    for r in range(rows.shape[0]):
+        c = coef[r]
+        if c == 0.0:
+            continue
+        row = cache[rows[r]]
+        for j in range(m):
+            out[j] += c * row[j]
+    return out
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def rbf_combination(G, sa, sb, gamma, coef, out):
+    """``out[i] += sum_j exp(-gamma * max(0, sa_i + sb_j - 2 G_ij)) coef[j]`` (``coef``
+    ``(m, k)``, ``out`` ``(n, k)``): kernel values summed as they are made, never stored."""
+    n, m = G.shape
+    k = coef.shape[1]
+    for i in range(n):
+        g = G[i]
+        s = sa[i]
+        if k == 1:
+            acc = 0.0
+            for j in range(m):
+                acc += _rbf(g[j], s, sb[j], gamma) * coef[j, 0]
+            out[i, 0] += acc
+        else:
+            for j in range(m):
+                kv = _rbf(g[j], s, sb[j], gamma)
+                for c in range(k):
+                    out[i, c] += kv * coef[j, c]
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def poly_combination(G, gamma, coef0, degree, coef, out):
+    """``out[i] += sum_j (gamma G_ij + coef0)^degree coef[j]`` (as :func:`rbf_combination`)."""
+    n, m = G.shape
+    k = coef.shape[1]
+    for i in range(n):
+        g = G[i]
+        for j in range(m):
+            kv = _poly(g[j], gamma, coef0, degree)
+            for c in range(k):
+                out[i, c] += kv * coef[j, c]
+
+
+# ------------------------------------------------------------------ factorization input
+@njit(cache=True)
+def drop_and_scale(A, tau, s):
+    """``A_ij = 0`` where ``|A_ij| < tau``, else ``s * A_ij``, in place (no temporaries)."""
+    n, m = A.shape
+    for i in range(n):
+        a = A[i]
+        for j in range(m):
+            a[j] = 0.0 if abs(a[j]) < tau else s * a[j]

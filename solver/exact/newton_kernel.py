@@ -1,0 +1,628 @@
+"""Active-set Newton steps for the kernel ODM dual, and when coordinate descent tries them.
+
+Coordinate descent needs O(condition number) epochs on ill-conditioned problems (large
+``lam``, wide kernels).  Each instance is in one of three states: Z (``zeta > 0``),
+B (``beta > 0``) or O (both 0).  For fixed states the KKT conditions are the SPD system
+``(K_SS + D) nu_S = t_S`` on the face ``S = Z u B`` (``D_i = M c upsilon``,
+``t_i = y_i (1 - theta)`` on Z; ``D_i = M c``, ``t_i = y_i (1 + theta)`` on B), whose
+residual is exactly the KKT violation on S.  The primal-dual active-set (semismooth Newton)
+method solves it, re-predicts the states from the solution and repeats until they stop
+changing: a few face solves instead of thousands of epochs.
+
+* Direct face solves (:class:`FaceSystems`): a float32 Cholesky refined in float64, and
+  later faces, which differ by fewer and fewer rows, solved from that factor.
+* Preconditioned CG on the face (:func:`pcg`) for faces too large to factor (full-matrix
+  mode only), tried only when the observed linear rate of coordinate descent extrapolates
+  to many more epochs.
+* :class:`NewtonSchedule` decides after each epoch whether to attempt either; an attempt
+  returns a point meeting the tolerance, or its last iterate made feasible when that lowers
+  the dual objective, or leaves the iterate alone, so it only ever accelerates.
+
+The measurements behind the constants are in ``docs/design-notes.md`` (``bench/face_solve.py``
+reproduces them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+from solver.core import _numba_kernels as nk
+from solver.core import buffers
+from solver.exact.kernel_columns import ColumnStore
+
+__all__ = [
+    "NewtonWork",
+    "NewtonSchedule",
+    "FaceSystems",
+    "active_set_newton",
+    "pcg",
+    "face_stalled",
+    "epochs_left",
+    "predicted_face",
+    "pair_objective",
+]
+
+_MB = 1 << 20
+
+# --- when to attempt (NewtonSchedule) ------------------------------------------------------
+# direct attempts start at this epoch: the first epochs settle most states cheaply
+DIRECT_FIRST_EPOCH = 5
+# a failed attempt is retried at this multiple of its epoch (attempts cost at most a share
+# of the epochs spent)
+RETRY_FACTOR = 2
+# the direct step's float32 factor may use this share of the kernel budget
+DIRECT_SHARE = 0.25
+# faces up to this many rows always qualify for a direct step, whatever the budget
+DIRECT_MIN_FACE = 1000
+# while coordinate descent still shrinks the face, factor only faces up to this many rows:
+# a larger, less settled face costs more in factorizations than the epochs it saves
+DIRECT_MAX_FACE = 5792
+# the face has stopped shrinking when the smallest of the last FACE_WINDOW epochs' faces is
+# within this factor of the smallest of the FACE_WINDOW before
+FACE_SHRINK = 0.97
+FACE_WINDOW = 5
+# CG attempts start at this epoch (a mat-vec costs one or two epochs, and CG needs hundreds)
+CG_FIRST_EPOCH = 50
+# ... and only when the extrapolated epochs left exceed this (and twice the epochs spent)
+CG_MIN_REMAINING = 500
+# no CG while the face is within this factor of the direct limit: coordinate descent
+# shrinks it into direct range within a few epochs ...
+CG_FACE_FACTOR = 2.0
+# ... unless nearly every row is on the face and it has stopped shrinking: then shrinking
+# saves coordinate descent nothing, and a CG mat-vec costs about what an epoch does
+CG_WHOLE_FACE = 0.95
+# a CG attempt may spend up to this many epochs' worth of mat-vecs per epoch spent so far
+CG_BUDGET_PER_EPOCH = 10
+# when CG is not worth it yet, look again after max(CG_RECHECK_MIN, epoch / CG_RECHECK_DIV)
+CG_RECHECK_MIN = 5
+CG_RECHECK_DIV = 4
+# the linear rate is read from minima over windows of this many epochs (damps oscillation)
+RATE_WINDOW = 5
+# a direct attempt may use this many state updates' worth of mat-vecs (each update: two
+# mat-vecs and a factorization counted at |S|^2 / 3m)
+DIRECT_BUDGET_UPDATES = 40
+# an attempt on a face of |S| rows out of m costs about 0.03 |S|^2 / m epochs of coordinate
+# descent; it is made only when coordinate descent's extrapolated epochs left exceed twice
+# that (else coordinate descent finishes first, and the question is asked again next epoch)
+DIRECT_WORTH = 0.06
+
+# --- one attempt (active_set_newton) --------------------------------------------------------
+# at most this many state updates per attempt
+MAX_STATE_UPDATES = 40
+# state prediction needs only rough solves: residual target LOOSE_TOL * tol ...
+LOOSE_TOL = 10.0
+# ... until at most 1/SETTLED_DIV of the face (and at least SETTLED_MIN rows) changes state;
+# then solve to TIGHT_TOL * tol so the accepted point meets tol
+SETTLED_DIV = 100
+SETTLED_MIN = 2
+TIGHT_TOL = 1e-3
+
+# --- face systems (FaceSystems) -------------------------------------------------------------
+# float64 refinement steps after a float32 solve (each costs two |S|^2 passes; the error
+# shrinks by about cond * 6e-8 per step) ...
+REFINE_MAX = 8
+# ... stopped when a step does not cut the residual below this fraction of the last one
+REFINE_MIN_GAIN = 0.5
+# a face that differs from the factored one by at most this share of its rows (removed,
+# added or switched side) is solved from that factor: k triangular right-hand sides cost
+# about k / (3 n) of a factorization of n rows
+UPDATE_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class NewtonWork:
+    """What the Newton steps of one kernel solve did, counted (the same on any machine):
+    attempts, the size of every face factored (one that fails as not positive definite
+    included) and the faces solved from an earlier factor. Its cost grows with lam, which a
+    cost model of rows alone misses (docs/auto-params.md, "The budget, measured")."""
+
+    attempts: int = 0
+    factored: tuple[int, ...] = ()
+    updated: int = 0
+
+    @property
+    def factor_work(self) -> float:
+        """``sum(s**3) / 3`` over the faces factored: the Cholesky work, in multiply-adds."""
+        return float(sum(float(s) ** 3 for s in self.factored) / 3.0)
+
+    def record(self) -> dict[str, Any]:
+        """The fields a fit's history record keeps."""
+        return {"newton_attempts": self.attempts, "faces_factored": list(self.factored),
+                "faces_updated": self.updated, "factor_work": self.factor_work}
+
+
+@dataclass
+class NewtonSchedule:
+    """When one kernel solve attempts an active-set Newton step, and the attempt itself.
+
+    Built once per solve (:meth:`for_store`); :meth:`after_epoch` is called after every epoch
+    that did not converge and returns whether the iterate moved.
+    """
+
+    store: ColumnStore
+    kdiag: np.ndarray
+    y: np.ndarray
+    dz: np.ndarray
+    db: np.ndarray
+    theta: float
+    direct_max: int  # largest face a direct step factors (the kernel budget's share)
+    direct_settled: int  # ... while coordinate descent still shrinks the face
+    next_direct: int = DIRECT_FIRST_EPOCH
+    next_cg: int = CG_FIRST_EPOCH
+    face_history: list[int] = field(default_factory=list)
+    n_attempts: int = 0
+    faces: FaceSystems | None = None
+
+    @classmethod
+    def for_store(cls, store: ColumnStore, cache_size: float, kdiag, y, dz: np.ndarray,
+                  db: np.ndarray, theta: float) -> NewtonSchedule:
+        """The schedule of a solve whose kernel budget is ``cache_size`` MB."""
+        direct_max = max(DIRECT_MIN_FACE, int(np.sqrt(
+            DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes)))
+        return cls(store, kdiag, y, dz, db, float(theta), direct_max,
+                   min(direct_max, DIRECT_MAX_FACE), faces=FaceSystems(store))
+
+    def work(self) -> NewtonWork:
+        """What this solve's Newton steps did so far."""
+        faces = self.faces
+        return NewtonWork(self.n_attempts, tuple(faces.factored) if faces else (),
+                          faces.n_updated if faces else 0)
+
+    def after_epoch(self, epoch: int, kkts: list[float], alpha: np.ndarray, f: np.ndarray,
+                    tol: float, abort: Callable[[], bool] | None = None) -> bool:
+        """Attempt a Newton step if the schedule says so; ``alpha``/``f`` are updated in
+        place when it moves the iterate (returns whether it did)."""
+        m = self.store.m
+        face = predicted_face(f, self.y, alpha, self.theta)
+        self.face_history.append(face)
+        if epoch >= self.next_direct and (
+                face <= self.direct_settled
+                or face <= self.direct_max and face_stalled(self.face_history)):
+            if epochs_left(kkts, tol) < DIRECT_WORTH * face * face / m:
+                return False
+            self.next_direct = RETRY_FACTOR * epoch
+            return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
+        if self.store.full and epoch >= self.next_cg and (
+                face > CG_FACE_FACTOR * self.direct_settled
+                or face > self.direct_max and face >= CG_WHOLE_FACE * m
+                and face_stalled(self.face_history)):
+            remaining = epochs_left(kkts, tol)
+            if remaining > max(RETRY_FACTOR * epoch, CG_MIN_REMAINING):
+                self.next_cg = RETRY_FACTOR * epoch
+                budget = int(min(remaining, CG_BUDGET_PER_EPOCH * epoch))
+                return self._attempt(alpha, f, tol, abort, budget, direct=False)
+            self.next_cg = epoch + max(CG_RECHECK_MIN, epoch // CG_RECHECK_DIV)
+        return False
+
+    def _attempt(self, alpha, f, tol, abort, budget: int, *, direct: bool) -> bool:
+        self.n_attempts += 1
+        _, moved = active_set_newton(
+            self.store, self.kdiag, self.y, alpha, f, self.dz, self.db, self.theta, tol,
+            budget=budget, abort=abort, direct_max=self.direct_max if direct else 0,
+            faces=self.faces if direct else None)
+        return moved
+
+
+def direct_budget(face: int, m: int) -> int:
+    """Mat-vec budget of a direct attempt on a face of ``face`` rows out of ``m``."""
+    return DIRECT_BUDGET_UPDATES * (2 + face * face // (3 * m))
+
+
+class FaceSystems:
+    """Solves ``(K_SS + diag(D)) x = t`` for the successive faces of the direct Newton steps
+    of one solve.
+
+    A face is factored once (Cholesky in float32, docs/design-notes.md has its cost) and becomes
+    the *base*; a face within ``UPDATE_SHARE`` of the base in rows removed, added or moved
+    between the zeta and beta sides reuses the base factor:
+
+    * removed rows ``R`` (base positions): ``A_TT^-1 v`` on the kept rows ``T`` is
+      ``z_T - Y_T C^-1 z_R`` with ``z = A_B^-1 [v; 0]``, ``Y = A_B^-1 E_R`` and
+      ``C = Y_R`` (the Schur complement of the inverse, ``|R| x |R|``);
+    * added rows ``N``: bordering, ``Sc = A_NN - A_NT A_TT^-1 A_TN`` (``|N| x |N|``).
+
+    Either way the solve is float32-accurate, and float64 iterative refinement against the
+    exact matrix (the full matrix's rows, ``K[:, S] x``, or in column-cache mode a float64
+    ``K_SS`` computed from X, ``|S|^2 * 12`` bytes with the factor, which always refactors)
+    finishes it until the max residual is ``<= target`` or stops halving; the best iterate is
+    returned.  On ill-conditioned faces the bordered pieces can lose too much accuracy for
+    the refinement to converge; a face solved from the base that stops above the target is
+    then factored anew and refined from there (inaccurate solves make the predicted states
+    flip on rounding noise, and the active-set loop cycles).  The caller accepts no point
+    without checking it.
+    """
+
+    def __init__(self, store: ColumnStore) -> None:
+        self.store = store
+        self.base: np.ndarray | None = None  # the factored face (row indices)
+        self.base_D = np.zeros(0)
+        self.fac = None
+        self.root = 1.0  # the base factor is that of root**2 * A (see _refactor)
+        self.pos = np.full(store.m, -1, dtype=np.int64)  # row -> position in the base
+        # columns of the base's inverse computed so far (base position -> index in ycols)
+        self.ycol = np.full(store.m, -1, dtype=np.int64)
+        self.ycols: list[np.ndarray] = []
+        self.n_factored = 0  # factorizations that succeeded (tests read it)
+        self.factored: list[int] = []  # the size of every face factored, failed ones too
+        self.n_updated = 0  # faces solved from the base factor
+
+    def solve(self, S: np.ndarray, D: np.ndarray, t: np.ndarray,
+              target: float) -> np.ndarray | None:
+        """``x`` refined to a max residual ``<= target`` (or the best refinement reached);
+        ``None`` when the float32 matrix is not numerically positive definite (the Newton
+        attempt then ends; coordinate descent goes on)."""
+        store = self.store
+        buf = np.empty(store.m if store.full else S.size)
+        approx = self._from_base(S, D) if store.full and self.base is not None else None
+        updated = approx is not None
+        K_SS = None
+        if approx is None:
+            if not store.full:
+                K_SS = store.block(S)
+            approx = self._refactor(S, D, K_SS)
+            if approx is None:
+                return None
+        if store.full:
+            rows = store.slot[S]
+
+            def matvec(v: np.ndarray) -> np.ndarray:
+                return nk.rows_combination(store.cache, rows, v, buf)[S]
+        else:
+            ar = np.arange(S.size, dtype=np.int64)
+
+            def matvec(v: np.ndarray) -> np.ndarray:
+                return nk.rows_combination(K_SS, ar, v, buf)
+        x, res = _refine(approx, matvec, D, t, None, target)
+        if res > target and updated:
+            # the bordered solve from the base lost the accuracy the refinement needs (on
+            # ill-conditioned faces its float32 pieces amplify rounding): factor this face
+            approx = self._refactor(S, D, None)
+            if approx is not None:
+                x, res = _refine(approx, matvec, D, t, x, target)
+        return x
+
+    def _refactor(self, S: np.ndarray, D: np.ndarray, K_SS: np.ndarray | None):
+        """Factor this face (it becomes the base); returns its float32 solve."""
+        self.factored.append(int(S.size))
+        self.base, self.fac = None, None  # the old factor goes before the new one is made
+        self.pos[:] = -1
+        self.ycol[:] = -1
+        self.ycols = []
+        if K_SS is None:
+            A = self.store.block(S, np.float32)
+        else:
+            A = buffers.empty(K_SS.shape, np.float32)
+            A[...] = K_SS
+        A[np.diag_indices_from(A)] += D.astype(np.float32)
+        # Subnormals: the fill-in of small entries underflows below float32's normal range,
+        # and on CPUs without fast subnormals (Intel's) the factorization then runs up to
+        # 10x slower (docs/design-notes.md). Entries below float32's resolution of the smallest
+        # diagonal are dropped (the factor only preconditions the refined solve), and the
+        # matrix is scaled by root**2 (a power of two, exact) so its largest entry is near
+        # 2**98 at most: what would underflow now lies ~29 decades further down.
+        diag = A.diagonal()
+        root = 2.0 ** max(0, min(48, int(50 - math.log2(max(float(diag.max()), 1e-30)))))
+        nk.drop_and_scale(A, np.float32(np.finfo(np.float32).eps * float(diag.min())),
+                          np.float32(root * root))
+        try:
+            fac = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+        except LinAlgError:
+            return None
+        self.n_factored += 1
+        if self.store.full:  # only the full-matrix mode updates (it has K's rows at hand)
+            self.base, self.base_D, self.fac, self.root = S.copy(), D.copy(), fac, root
+            self.pos[S] = np.arange(S.size)
+
+        def solve(v: np.ndarray) -> np.ndarray:
+            # (root^2 A)^-1 (root v) = A^-1 v / root: right-hand side and solution stay in
+            # float32's normal range
+            return cho_solve(fac, (v * root).astype(np.float32), check_finite=False) * root
+
+        return solve
+
+    def _inverse_columns(self, R: np.ndarray) -> np.ndarray:
+        """``A_B^-1 E_R`` (float32), from the columns kept since the base was factored plus
+        the missing ones (successive faces mostly remove more of the same rows)."""
+        have = self.ycol[R] >= 0
+        miss = R[~have]
+        if miss.size:
+            n = self.base.size
+            E = np.zeros((n, miss.size), dtype=np.float32)
+            E[miss, np.arange(miss.size)] = self.root
+            cols = cho_solve(self.fac, E, check_finite=False)
+            cols *= np.float32(self.root)
+            self.ycol[miss] = np.arange(len(self.ycols), len(self.ycols) + miss.size)
+            self.ycols.extend(cols.T)
+        return np.stack([self.ycols[c] for c in self.ycol[R]], axis=1)
+
+    def _from_base(self, S: np.ndarray, D: np.ndarray):
+        """The float32 solve of this face from the base factor, or ``None`` when the face
+        differs from the base by more than ``UPDATE_SHARE`` of its rows (or the bordered
+        systems are not numerically positive definite)."""
+        base, fac, root, store = self.base, self.fac, self.root, self.store
+        n = base.size
+        p = self.pos[S]
+        same = p >= 0
+        same[same] = self.base_D[p[same]] == D[same]
+        tp = p[same]
+        kept = np.zeros(n, dtype=bool)
+        kept[tp] = True
+        R = np.flatnonzero(~kept)
+        new = np.flatnonzero(~same)
+        if R.size + new.size > UPDATE_SHARE * n:
+            return None
+        try:
+            if R.size:
+                Y = self._inverse_columns(R)
+                C = cho_factor(Y[R].astype(np.float64), lower=True, check_finite=False)
+
+            def solve_kept(V: np.ndarray) -> np.ndarray:
+                Z = np.zeros((n, V.shape[1]), dtype=np.float32)
+                Z[tp] = V * np.float32(root)
+                Z = cho_solve(fac, Z, check_finite=False)
+                Z *= np.float32(root)
+                if R.size:
+                    # on a nearly singular Y[R] this overflows float32 to inf / NaN: the
+                    # NaN residual is never a best iterate of _refine, and solve() then
+                    # factors the face anew, so the warning would only be noise
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        Z -= Y @ cho_solve(C, Z[R].astype(np.float64),
+                                           check_finite=False).astype(np.float32)
+                return Z[tp]
+
+            if new.size:
+                T = S[same]
+                K_NS = store.cache[store.slot[S[new]]]  # the new rows of K (all columns)
+                B = np.ascontiguousarray(K_NS[:, T].T, dtype=np.float32)  # A_TN
+                W = solve_kept(B).astype(np.float64)
+                Bt = B.T.astype(np.float64)  # A_NT
+                Sc = K_NS[:, S[new]].astype(np.float64)
+                Sc[np.diag_indices_from(Sc)] += D[new]
+                # fails when new rows are nearly in the span of the kept ones at this float32
+                # accuracy of W: the face is then factored anew
+                Sc_f = cho_factor(Sc - Bt @ W, lower=True, check_finite=False)
+        except LinAlgError:
+            return None
+        self.n_updated += 1
+
+        def solve(v: np.ndarray) -> np.ndarray:
+            x = np.empty(v.size)
+            y_t = solve_kept(v[same].astype(np.float32)[:, None])[:, 0].astype(np.float64)
+            if new.size:
+                x_n = cho_solve(Sc_f, v[new] - Bt @ y_t, check_finite=False)
+                x[new] = x_n
+                y_t = y_t - W @ x_n
+            x[same] = y_t
+            return x
+
+        return solve
+
+
+def _refine(approx, matvec, D, t, x: np.ndarray | None, target: float
+            ) -> tuple[np.ndarray, float]:
+    """Iterative refinement of ``(K_SS + diag(D)) x = t`` from ``x`` (``None``: zero) with
+    the float32 solve ``approx``: the best iterate and its max residual, stopped at
+    ``target`` or when a step does not cut the residual below ``REFINE_MIN_GAIN`` of the
+    last."""
+    if x is None:
+        x, r, prev = np.zeros(t.size), t.copy(), np.inf
+    else:
+        r = t - (matvec(x) + D * x)
+        prev = float(np.abs(r).max())
+    best, x_best = prev, x
+    for _ in range(REFINE_MAX):
+        x = x + approx(r)
+        r = t - (matvec(x) + D * x)
+        res = float(np.abs(r).max())
+        if res < best:
+            best, x_best = res, x
+        if res <= target or not res < REFINE_MIN_GAIN * prev:
+            break
+        prev = res
+    return x_best, best
+
+
+def pcg(matvec, D, pinv, t, x, target: float, max_iter: int,
+        abort: Callable[[], bool] | None = None) -> tuple[np.ndarray, int]:
+    """Jacobi-preconditioned CG for ``(K_SS + diag(D)) x = t`` from ``x``; stops when the
+    max residual is ``<= target`` (or ``abort()`` says so). Returns ``(x, matvecs used)``."""
+    r = t - (matvec(x) + D * x)
+    used = 1
+    z = pinv * r
+    p = z.copy()
+    rz = float(r @ z)
+    while used < max_iter and np.abs(r).max() > target:
+        if abort is not None and abort():
+            return x, max_iter
+        Ap = matvec(p) + D * p
+        used += 1
+        pAp = float(p @ Ap)
+        if not pAp > 0:
+            break
+        step = rz / pAp
+        x = x + step * p
+        r -= step * Ap
+        z = pinv * r
+        rz_new = float(r @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x, used
+
+
+def face_stalled(hist: list[int], window: int = FACE_WINDOW) -> bool:
+    """Whether coordinate descent has stopped shrinking the predicted face: the smallest of
+    the last ``window`` epochs' faces is not ``FACE_SHRINK`` below the smallest of the
+    ``window`` before."""
+    return len(hist) >= 2 * window and \
+        min(hist[-window:]) > FACE_SHRINK * min(hist[-2 * window:-window])
+
+
+def epochs_left(kkts: list[float], tol: float) -> float:
+    """Epochs coordinate descent still needs, extrapolating its linear rate between the
+    middle and the end of the history (minima over ``RATE_WINDOW`` epochs)."""
+    e = len(kkts)
+    h = e // 2
+    half = RATE_WINDOW // 2
+    a = min(kkts[max(0, h - half - 1): h + half])
+    b = min(kkts[-RATE_WINDOW:])
+    if not b < a:
+        return float("inf")
+    rate = (b / a) ** (1.0 / max(1, e - 1 - h))
+    return float(np.log(tol / b) / np.log(rate)) if b > tol else 0.0
+
+
+@dataclass
+class _Dual:
+    """The fixed data of one active-set attempt: the kernel columns, the labels, the pair
+    constants and a mat-vec buffer."""
+
+    store: ColumnStore
+    kdiag: np.ndarray
+    y: np.ndarray
+    dz: np.ndarray  # per-instance diagonal terms (solver.core.formulation.diag_vectors)
+    db: np.ndarray
+    theta: float
+    buf: np.ndarray
+
+    def feasible_point(self, fcur, ysn, zs, bs, cand, tol, viol) -> bool:
+        """Whether the iterate (``ysn = y nu``, exact ``fcur``) is feasible for its states
+        and meets ``tol``; ``cand`` then holds it as ``(zeta, beta)`` pairs."""
+        if np.any(zs & (ysn < 0)) or np.any(bs & (ysn > 0)):
+            return False
+        cand[:, 0] = np.where(zs, ysn, 0.0)
+        cand[:, 1] = np.where(bs, -ysn, 0.0)
+        return nk.pair_violations(fcur, self.y, cand, self.dz, self.db, self.theta,
+                                  viol).max() <= tol
+
+    def next_states(self, zs, bs, ysn, u) -> tuple[np.ndarray, np.ndarray]:
+        """States predicted from the solution: members keep their sign, non-members join Z
+        below the band (``u < 1 - theta``) and B above it."""
+        theta = self.theta
+        new_z = np.where(zs, ysn > 0, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
+        new_b = np.where(bs, ysn < 0, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
+        new_z &= ~new_b
+        return new_z, new_b
+
+    def solve_face(self, S, zside, nu, target, left, abort, direct_max, faces
+                   ) -> tuple[np.ndarray | None, int]:
+        """``nu_S`` on the face ``S`` and its cost in mat-vecs, or ``(None, 0)`` when the
+        attempt must end (budget spent, factor failed, face too large)."""
+        store = self.store
+        D = np.where(zside, self.dz[S], self.db[S])
+        t = self.y[S] * np.where(zside, 1.0 - self.theta, 1.0 + self.theta)
+        if left <= 1:
+            return None, 0
+        if S.size <= direct_max and faces is not None:
+            x = faces.solve(S, D, t, target)
+            if x is None:
+                return None, 0
+            return x, 1 + int(S.size * S.size // (6 * store.m))
+        if store.full and direct_max == 0:
+            rows = store.slot[S]
+            buf = self.buf
+
+            def matvec(v, rows=rows, S=S):
+                return nk.rows_combination(store.cache, rows, v, buf)[S]
+
+            x, k = pcg(matvec, D, 1.0 / (self.kdiag[S] + D), t, nu[S].copy(), target,
+                       left - 1, abort)
+            return x, k + 1
+        # face too large for a direct solve (CG attempts are the caller's other rule)
+        return None, 0
+
+    def project_if_lower(self, nu, zs, bs, alpha, f, cand) -> bool:
+        """Replace ``alpha``/``f`` by the iterate projected onto the feasible set when its
+        dual objective is lower; whether it did."""
+        y, dz, db, theta = self.y, self.dz, self.db, self.theta
+        ysn = y * nu
+        cand[:, 0] = np.where(zs, np.maximum(ysn, 0.0), 0.0)
+        cand[:, 1] = np.where(bs, np.maximum(-ysn, 0.0), 0.0)
+        nu_c = y * (cand[:, 0] - cand[:, 1])
+        nz = np.flatnonzero(nu_c)
+        f_c = self.store.combine(nz, nu_c[nz], np.empty(self.store.m))
+        if pair_objective(f_c, y, cand, dz, db, theta) < pair_objective(f, y, alpha, dz, db,
+                                                                         theta):
+            alpha[:] = cand
+            f[:] = f_c
+            return True
+        return False
+
+
+def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol,
+                      budget: int, abort: Callable[[], bool] | None = None,
+                      direct_max: int = 0, faces: FaceSystems | None = None
+                      ) -> tuple[bool, bool]:
+    """Primal-dual active-set (semismooth Newton) solve of the dual (module docstring).
+
+    ``direct_max > 0``: each face system is solved exactly by ``faces`` (Cholesky in either
+    kernel mode, reusing the last factor for nearby faces) and the attempt ends when a face
+    exceeds ``direct_max`` rows; ``direct_max == 0``: preconditioned CG (full-matrix mode
+    only).  The states are re-predicted from each solution (Z keeps members with
+    ``zeta > 0`` and gains non-members with margin ``< 1 - theta``; B likewise above
+    ``1 + theta``) until the iterate satisfies every KKT condition.  ``budget`` caps the work
+    in kernel mat-vecs (a Cholesky of ``|S|`` rows counts ``|S|^2 / 6m``).  Returns
+    ``(converged, moved)``: on success ``alpha``/``f`` hold a point meeting ``tol``; when the
+    budget runs out first, the last iterate projected onto the feasible set replaces them if
+    its dual objective is lower (``moved``), so the mat-vecs spent still shorten the
+    coordinate descent that follows.
+    """
+    dual = _Dual(store, kdiag, y, dz, db, theta, np.empty(store.m))
+    zs = alpha[:, 0] > 0
+    bs = alpha[:, 1] > 0
+    nu = y * (alpha[:, 0] - alpha[:, 1])
+    fcur = f.copy()
+    used = 0
+    tight = False
+    viol = np.empty(store.m)
+    cand = np.empty_like(alpha)
+    for _ in range(MAX_STATE_UPDATES):
+        ysn = y * nu  # = zeta on Z, -beta on B
+        if used > 0 and dual.feasible_point(fcur, ysn, zs, bs, cand, tol, viol):
+            alpha[:] = cand  # feasible iterate with exact f meeting the tolerance
+            f[:] = fcur
+            return True, True
+        new_z, new_b = dual.next_states(zs, bs, ysn, y * fcur)
+        n_changed = int(np.count_nonzero(new_z != zs) + np.count_nonzero(new_b != bs))
+        if used > 0 and n_changed <= max(SETTLED_MIN, (zs | bs).sum() // SETTLED_DIV):
+            tight = True  # few states left to settle: solve accurately from now on
+        zs, bs = new_z, new_b
+        S = np.flatnonzero(zs | bs)
+        if S.size == 0:
+            nu[:] = 0.0
+            fcur[:] = 0.0
+            used += 1
+            continue
+        target = TIGHT_TOL * tol if tight else LOOSE_TOL * tol
+        x, cost = dual.solve_face(S, zs[S], nu, target, budget - used, abort, direct_max,
+                                  faces)
+        if x is None:
+            break
+        used += cost
+        nu[:] = 0.0
+        nu[S] = x
+        store.combine(S, x, fcur)
+        if abort is not None and abort():
+            break
+    if used == 0:
+        return False, False
+    return False, dual.project_if_lower(nu, zs, bs, alpha, f, cand)
+
+
+def predicted_face(f, y, alpha, theta) -> int:
+    """Instances the next active-set step would solve for: nonzero pairs and margins outside
+    the band."""
+    u = y * f
+    return int(np.count_nonzero(alpha.any(axis=1) | (u < 1.0 - theta) | (u > 1.0 + theta)))
+
+
+def pair_objective(f, y, alpha, dz, db, theta) -> float:
+    """Dual objective ``1/2 a'Ha + b'a`` from ``f = K nu`` (``nu = y (zeta - beta)``)."""
+    z, b = alpha[:, 0], alpha[:, 1]
+    quad = float((y * (z - b)) @ f) + float((dz * z) @ z) + float((db * b) @ b)
+    return 0.5 * quad + (theta - 1.0) * float(z.sum()) + (theta + 1.0) * float(b.sum())

@@ -1,0 +1,1 @@
+"""Batch prediction jobs: one model over a stored dataset, streamed into Parquet."""

@@ -1,0 +1,1 @@
+"""Training on Apache Spark (``backend: "spark"``) and its automatic hyperparameters."""
