@@ -30,7 +30,8 @@ class ODMClassifier(ODMBase):
     Kernel "linear" uses the LIBLINEAR-style solver that keeps w (O(nnz) per epoch), after a
     primal Newton solve when there are at most 1000 features; "rbf" and "poly" use the kernel
     solver with a bounded kernel cache of ``cache_size`` MB (its active-set Newton step may
-    add a face factor of up to a quarter of that, or of a 1,000-row face). ``tol`` is
+    add a face factor in what the kernel leaves of 1.25 times that, at least a quarter of
+    it, or of a 1,000-row face). ``tol`` is
     the stopping tolerance on the max projected-gradient (KKT) violation, ``max_iter`` the
     maximum number of epochs. ``max_support_vectors`` (kernel models; None: no budget) keeps
     at most that many support vectors, drawn at random (``random_state``), with the decision
@@ -67,7 +68,8 @@ class ODMClassifier(ODMBase):
         Most epochs of one coordinate-descent solve.
     cache_size : float > 0, default=512.0
         Megabytes of kernel cache of the kernel solver (its active-set Newton step may add a
-        face factor of up to a quarter of that, or of a 1,000-row face).
+        face factor in what the kernel leaves of 1.25 times that, at least a quarter of it,
+        or of a 1,000-row face).
     shrinking : bool, default=True
         Shrink the active set of coordinate descent.
     fit_intercept : bool, default=True

@@ -17,8 +17,9 @@
   it fits ``cache_size``, else an LRU set of columns.  In that mode each epoch visits the
   instances whose columns are cached first, so a support set larger than the cache costs
   only the overflow in recomputed columns per epoch (not every column, which is what LRU
-  under a random cyclic order would give).  The Newton step's face factor comes on top, at
-  most a quarter of ``cache_size``.
+  under a random cyclic order would give).  The Newton step's face factor comes on top:
+  kernel values and factor together stay within ``1.25 * cache_size`` (at least a quarter
+  of ``cache_size`` for the factor).
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     kdiag = kernel_diag(kernel, X)
     f = store.margins(y * (alpha[:, 0] - alpha[:, 1]))
     schedule = newton_kernel.NewtonSchedule.for_store(
-        store, cache_size, kdiag, y, dz, db, theta) if newton else None
+        store, kdiag, y, dz, db, theta) if newton else None
     n_iter, kkt, converged, stopped = _epochs(
         store, kdiag, y, alpha, f, dz, db, theta, rng=rng, poll=_StopPoll(should_stop),
         schedule=schedule, tol=tol, max_iter=max_iter, shrinking=shrinking)

@@ -17,6 +17,10 @@ from solver.core.kernels import Kernel, kernel_decision, kernel_matrix
 
 __all__ = ["ColumnStore"]
 
+# a kernel solve's memory ceiling is (1 + FACTOR_SHARE) x its kernel budget: the kernel
+# values, and in what they leave (at least this share of the budget) the float32 factor of
+# a direct Newton face (solver.exact.newton_kernel)
+FACTOR_SHARE = 0.25
 # fewest column slots in column-cache mode, so a sweep always has room for a fetched batch
 MIN_SLOTS = 4
 # most kernel columns one BLAS call computes in column-cache mode (bounds the temporary)
@@ -57,6 +61,9 @@ class ColumnStore:
             self.cache = buffers.empty((self.n_slots, m), dtype=dtype)
             self.slot = np.full(m, -1, dtype=np.int64)
             self.owner = np.full(self.n_slots, -1, dtype=np.int64)
+        # bytes a direct Newton step's factor (and its K_SS in column-cache mode) may use
+        self.factor_bytes = max(FACTOR_SHARE * budget_bytes,
+                                (1.0 + FACTOR_SHARE) * budget_bytes - self.cache.nbytes)
         self.batch_max = int(max(1, min(self.n_slots,
                                         budget_bytes * FETCH_BUDGET_SHARE // (8.0 * m))))
         self.last_used = np.zeros(self.n_slots, dtype=np.int64)

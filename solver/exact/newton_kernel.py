@@ -48,16 +48,12 @@ __all__ = [
     "pair_objective",
 ]
 
-_MB = 1 << 20
-
 # --- when to attempt (NewtonSchedule) ------------------------------------------------------
 # direct attempts start at this epoch: the first epochs settle most states cheaply
 DIRECT_FIRST_EPOCH = 5
 # a failed attempt is retried at this multiple of its epoch (attempts cost at most a share
 # of the epochs spent)
 RETRY_FACTOR = 2
-# the direct step's float32 factor may use this share of the kernel budget
-DIRECT_SHARE = 0.25
 # faces up to this many rows always qualify for a direct step, whatever the budget
 DIRECT_MIN_FACE = 1000
 # while coordinate descent still shrinks the face, factor only faces up to this many rows:
@@ -160,11 +156,11 @@ class NewtonSchedule:
     faces: FaceSystems | None = None
 
     @classmethod
-    def for_store(cls, store: ColumnStore, cache_size: float, kdiag, y, dz: np.ndarray,
+    def for_store(cls, store: ColumnStore, kdiag, y, dz: np.ndarray,
                   db: np.ndarray, theta: float) -> NewtonSchedule:
-        """The schedule of a solve whose kernel budget is ``cache_size`` MB."""
-        direct_max = max(DIRECT_MIN_FACE, int(np.sqrt(
-            DIRECT_SHARE * float(cache_size) * _MB / store.face_bytes)))
+        """The schedule of a solve on ``store``: its direct steps factor faces within
+        ``store.factor_bytes``."""
+        direct_max = max(DIRECT_MIN_FACE, int(np.sqrt(store.factor_bytes / store.face_bytes)))
         return cls(store, kdiag, y, dz, db, float(theta), direct_max,
                    min(direct_max, DIRECT_MAX_FACE), faces=FaceSystems(store))
 

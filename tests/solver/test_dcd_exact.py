@@ -183,6 +183,30 @@ def test_kernel_memory_stays_within_cache_size(warm):
     assert peak <= (budget_mb + 64) * 2**20, f"peak {peak / 2**20:.0f} MB, budget {budget_mb:.0f}"
 
 
+@pytest.mark.parametrize(("m", "budget_mb", "full"), [(1500, 12.0, True), (3000, 8.0, False)])
+def test_face_factor_uses_what_the_kernel_leaves_of_the_memory_ceiling(m, budget_mb, full):
+    """A solve may hold 1.25x its kernel budget: the direct step's float32 factor gets what
+    the kernel values leave of that (a full float32 matrix of 1,500 rows takes 8.6 of 12 MB,
+    so faces up to 1,657 rows instead of a quarter's 886), and at least a quarter of the
+    budget (column-cache mode fills the budget with slots; its face entries cost 12 bytes)."""
+    X, y = _data(m=m, n=4, seed=2)
+    store = ColumnStore(X, Kernel("rbf", gamma=1.0), budget_mb * (1 << 20))
+    assert store.full is full
+    held = store.cache.nbytes
+    dz, db = diag_vectors(ODMParams(lam=1e4, theta=0.5), m, m)
+    sched = nwt.NewtonSchedule.for_store(store, np.ones(m), y, dz, db, 0.5)
+    spare = 1.25 * budget_mb * (1 << 20) - held
+    if full:
+        assert held == m * m * 4 and sched.direct_max == int(np.sqrt(spare / 4))
+        assert sched.direct_max > max(nwt.DIRECT_MIN_FACE, int(np.sqrt(budget_mb * 2**20 / 16)))
+    else:
+        assert sched.direct_max == max(nwt.DIRECT_MIN_FACE,
+                                       int(np.sqrt(0.25 * budget_mb * (1 << 20) / 12)))
+    # the factor and the kernel values together stay within the ceiling
+    assert held + sched.direct_max ** 2 * store.face_bytes <= max(
+        1.25 * budget_mb * (1 << 20), held + nwt.DIRECT_MIN_FACE ** 2 * store.face_bytes)
+
+
 def test_csr_input_equals_dense():
     X, y = _data(m=90, n=6, seed=8, sparse=True)
     kernel = Kernel("rbf", gamma=2.0)
@@ -328,7 +352,7 @@ def test_a_face_the_base_factor_solves_inaccurately_is_factored_anew():
 
 def test_a_face_too_large_to_factor_that_stops_shrinking_gets_cg():
     # binary features (64 distinct rows out of 1,200), a narrow kernel and lam = 1e6: every
-    # row stays on the face (1,200 rows, past the 1,000 a direct step factors with an 8 MB
+    # row stays on the face (1,200 rows, past the 1,000 a direct step factors with a 7 MB
     # kernel budget) and coordinate descent crawls. Once the face stops shrinking, CG runs
     # on it even within twice the direct limit.
     rng = np.random.default_rng(0)
@@ -337,19 +361,19 @@ def test_a_face_too_large_to_factor_that_stops_shrinking_gets_cg():
     kernel = Kernel("rbf", gamma=5.0)
     params = ODMParams(lam=1e6, theta=0.5)
     res = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=1000,
-                            cache_size=8.0)
+                            cache_size=7.0)
     assert res.converged and res.n_iter < 100
     assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
 
 
 def _schedule_with_face(m: int, face: int, lam: float):
-    """The Newton schedule of an m-row RBF problem (8 MB budget: direct limit 1,000 rows)
+    """The Newton schedule of an m-row RBF problem (7 MB budget: direct limit 1,000 rows)
     and decision values ``f`` that put its first ``face`` rows on the predicted face."""
     X, y = _data(m=m, n=4, seed=2)
-    store = ColumnStore(X, Kernel("rbf", gamma=5.0), 8.0 * (1 << 20))
+    store = ColumnStore(X, Kernel("rbf", gamma=5.0), 7.0 * (1 << 20))
     params = ODMParams(lam=lam, theta=0.5)
     dz, db = diag_vectors(params, m, m)
-    sched = nwt.NewtonSchedule.for_store(store, 8.0, np.ones(m), y, dz, db, params.theta)
+    sched = nwt.NewtonSchedule.for_store(store, np.ones(m), y, dz, db, params.theta)
     f = y.copy()  # margins 1: inside the band
     f[:face] = 0.0  # margins 0: outside it, on the predicted face
     return sched, f
@@ -358,7 +382,7 @@ def _schedule_with_face(m: int, face: int, lam: float):
 @pytest.mark.parametrize(("face", "attempts"), [(1100, 0), (1150, 1)])
 def test_cg_on_a_stalled_face_within_twice_the_limit_only_when_nearly_every_row_is_on_it(
         face, attempts):
-    # 1,210 rows, direct limit 1,000 (8 MB budget), the face stalled at `face` rows, slow
+    # 1,210 rows, direct limit 1,000 (7 MB budget), the face stalled at `face` rows, slow
     # progress: with most rows on the face shrinking makes epochs cheaper than CG's mat-vecs
     # (an ijcnn1.t partition at 73 %: CG attempts took 78 s where coordinate descent took
     # 18 s), so CG waits; with 95 % or more of them (1,150) it runs
