@@ -39,12 +39,13 @@ def test_hostile_clients_are_refused_and_others_are_answered(start_api, make_ten
         pool.submit(asyncio.run, go()).result()
     probe.check(bound=2.0)
     huge, heads, bodies, crowd = (outcomes[f] for f in families)
-    # (a 429 when one of them also passes its tenant's request rate: refused all the same;
-    # "held": the one connection of an attacker still sending when the scenario stopped)
+    # (a 429 when one of them also passes its tenant's request rate: refused all the same,
+    # possible wherever the headers end, so not for the slow heads; "held": the one
+    # connection of an attacker still sending when the scenario stopped)
     assert huge["431"] >= 6 and set(huge) <= {"431", "429", "reset", "closed", "held"}, huge
     assert huge["held"] <= 6, huge
     assert heads["408"] >= 6 and set(heads) <= {"408", "held"}, heads
-    assert bodies["408"] >= 6 and set(bodies) <= {"408", "held"}, bodies
+    assert bodies["408"] >= 6 and set(bodies) <= {"408", "429", "held"}, bodies
     # 12 slow heads from one address: 4 held at a time, the others refused at once
     assert crowd["429"] >= 8 and crowd["408"] >= 4 and set(crowd) <= {"429", "408", "held"}, \
         crowd
