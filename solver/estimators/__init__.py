@@ -33,10 +33,8 @@ Choices made here (documented because the paper leaves them open):
   is used as is. Kernels: rbf ``exp(-gamma ||x-z||^2)``, poly ``(gamma x.z + coef0)^degree``.
 * ``lam`` default 1e4: the paper's lam weights the *mean* squared deviation, so it plays the
   role of ``C * M`` of an SVM, and small values underfit.  Chosen on validation rows held out
-  of the training splits of six datasets (``bench/sodm_defaults.py --part lam``, numbers in
-  ``docs/design-notes.md``): against each set's best of 1 .. 1e5 it loses 0.006 on average
-  (1e3: 0.018; 1e5: 0.003, but its solves are several times slower and it loses 0.015 on
-  a9a).  It was 1e3, chosen on a test split.
+  of the training splits of six datasets (``bench/sodm_defaults.py --part lam``; the numbers
+  are in ``docs/design-notes.md``).
   ``upsilon=0.5``, ``theta=0.2`` are ``ODMParams``' defaults (libodm uses mu=0.8, theta=0.2;
   the authors' SODM driver 0.5 / 0.5).
 * Fitted model: kernel models keep only support vectors (``zeta_i + beta_i > 0``; the union
