@@ -202,6 +202,8 @@ class PredictionResult(TypedDict):
     rows: int
     seconds: float
     bytes: int
+    rows_out_of_range: NotRequired[int]
+    out_of_range_row_ids: NotRequired[list[int]]
 
 
 class Problem(TypedDict):

@@ -30,6 +30,11 @@ class PredictionResult(BaseModel):
     rows: int
     seconds: float
     bytes: int = Field(description="size of the Parquet file")
+    rows_out_of_range: int = Field(default=0, description="rows whose decision value is not "
+                                   "finite (inputs such as 1e308 overflow the model's kernel "
+                                   "sum): their label and decision values are null")
+    out_of_range_row_ids: list[int] = Field(default_factory=list, description="the row_id of "
+                                            "the first 100 of them")
 
 
 class PredictionJobOut(BaseModel):
@@ -42,7 +47,8 @@ class PredictionJobOut(BaseModel):
         "version": 3, "dataset_id": "3f2c9a1e-8d4b-4c1a-9e7f-2b6d5a4c3e21",
         "progress": {"fraction": 1.0, "message": "predicted 250,000 of 250,000 rows"},
         "rows_total": 250000, "rows_done": 250000,
-        "result": {"rows": 250000, "seconds": 3.1, "bytes": 4821337}, "error": None,
+        "result": {"rows": 250000, "seconds": 3.1, "bytes": 4821337,
+                   "rows_out_of_range": 0, "out_of_range_row_ids": []}, "error": None,
         "attempt": 1, "created_at": "2026-11-25T10:00:00Z",
         "started_at": "2026-11-25T10:00:01Z", "finished_at": "2026-11-25T10:00:04Z",
         "links": {"self": "/predictions/5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",

@@ -41,3 +41,32 @@ def test_predict_dataset_memory_is_bounded_by_the_batch(tmp_path):
     np.testing.assert_allclose(table.column("decision_value").to_numpy(),
                                est.decision_function(X_all), rtol=1e-9, atol=1e-12)
     assert table.column("predicted_label").to_pylist() == est.predict(X_all).tolist()
+
+
+def test_rows_whose_decision_overflows_get_nulls(tmp_path):
+    """Finite inputs of 1e308 overflow a linear kernel sum: those rows get a null label and
+    null decision values (not inf, not a label drawn from NaN), the others their model's
+    answer, and the summary counts and names them (row_id, across batches)."""
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-0.1, 0.1, size=(3000, 2))  # min-max scaling multiplies by 5
+    y = np.where(X[:, 0] > 0, 1, -1)
+    y3 = np.digitize(X[:, 0], [-0.03, 0.03])
+    huge = [7, 1500, 2999]
+    X[huge] = [1e308, -1e308]
+    directory = tmp_path / "ds"
+    directory.mkdir()
+    meta = storage.write_dataset_files(directory, X, y)
+    ok = np.setdiff1d(np.arange(3000), huge)
+    for labels, column in ((y, "decision_value"), (y3, "decision_0")):
+        est = ODMClassifier(kernel="linear", random_state=0).fit(X[ok][:500], labels[ok][:500])
+        out = tmp_path / f"{column}.parquet"
+        summary = predict_dataset(est, directory, out, meta, None, batch_bytes=16 << 10)
+        assert summary["rows"] == 3000 and summary["rows_out_of_range"] == 3, summary
+        assert summary["out_of_range_row_ids"] == huge, summary
+        table = pq.read_table(out)
+        decision = table.column(column).to_numpy(zero_copy_only=False)
+        labels_out = table.column("predicted_label").to_pylist()
+        assert np.isnan(decision[huge]).all() and table.column(column).null_count == 3
+        assert [labels_out[i] for i in huge] == [None, None, None]
+        assert np.isfinite(decision[ok]).all()
+        assert [labels_out[i] for i in ok] == est.predict(X[ok]).tolist()

@@ -94,6 +94,7 @@ def test_batch_prediction_matches_predict_and_downloads(stack):
     assert done["state"] == "SUCCEEDED", done["error"]
     assert done["progress"]["fraction"] == 1.0
     assert done["result"]["rows"] == 4000 and done["result"]["bytes"] > 0
+    assert done["result"]["rows_out_of_range"] == 0 and done["result"]["out_of_range_row_ids"] == []
     # Parquet: every row in order, equal to /predict on the same rows
     table = _result(c, done)
     assert table.column_names == ["row_id", "true_label", "predicted_label", "decision_value"]

@@ -8,6 +8,11 @@ memory does not grow with the dataset. The output (``row_id``, ``true_label``,
 per class) is written under a unique temporary name in this host's ``tmp/`` and then put at
 ``predictions/{job id}.parquet`` in the store whole: a retried job rewrites it.
 
+A row whose decision value is not finite (finite inputs such as 1e308 overflow a linear or
+polynomial kernel sum) gets nulls for its label and decision values, never ``inf`` or a label
+drawn from NaN; the summary counts those rows and names the first ``row_id`` s (``/predict``
+answers a 422 for them instead: one bad row should not fail a whole batch).
+
 Columns: a model with feature names reads the dataset's columns by name (the API checked
 they are all there); otherwise by position, a narrower dataset padded with zeros (LIBSVM
 files omit trailing zero features).
@@ -33,6 +38,8 @@ from solver.exceptions import FitCancelled
 # rows per batch: at least this many (per-batch overhead), at most that many (progress ticks)
 MIN_BATCH_ROWS = 1_024
 MAX_BATCH_ROWS = 65_536
+# the row_ids of rows out of range named in the summary (the count covers all of them)
+NAMED_OUT_OF_RANGE = 100
 
 
 def batch_rows(n_features: int, batch_bytes: int) -> int:
@@ -96,8 +103,9 @@ def predict_dataset(est: Any, directory: Location | Path, out: Location | Path,
                     should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Write the predictions of ``est`` for every row of the stored dataset ``directory``
     to ``out`` (assembled under this host's ``tmp/``, then put in the store whole);
-    returns ``{rows, seconds, bytes}``. ``progress(done, total)`` after each batch;
-    ``should_stop()`` before each batch (a stop raises ``FitCancelled``)."""
+    returns ``{rows, seconds, bytes, rows_out_of_range, out_of_range_row_ids}``.
+    ``progress(done, total)`` after each batch; ``should_stop()`` before each batch (a stop
+    raises ``FitCancelled``)."""
     t0 = time.perf_counter()
     directory, out = storage.as_location(directory), storage.as_location(out)
     width = int(est.n_features_in_)
@@ -110,6 +118,7 @@ def predict_dataset(est: Any, directory: Location | Path, out: Location | Path,
     total = pf.metadata.num_rows
     tmp = storage.new_tmp_path(f".{out.key.rsplit('/', 1)[-1]}")  # <uuid>.<job id>.parquet
     done = 0
+    bad_count, bad_ids = 0, []
     try:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for batch in pf.iter_batches(batch_size=batch_rows(width, batch_bytes)):
@@ -118,10 +127,18 @@ def predict_dataset(est: Any, directory: Location | Path, out: Location | Path,
                 F = np.asarray(est.decision_function(_matrix(batch, meta, width, mapping)),
                                dtype=np.float64)
                 F = F.reshape(F.shape[0], -1)
+                bad = ~np.isfinite(F).all(axis=1)
                 idx = (F[:, 0] > 0).astype(np.intp) if len(classes) == 2 else F.argmax(axis=1)
+                mask = bad if bad.any() else None
                 cols = [batch.column("row_id"), batch.column("label"),
-                        pa.array(classes[idx].tolist(), type=schema.field(2).type)]
-                cols += [pa.array(F[:, k]) for k in range(F.shape[1])]
+                        pa.array(classes[idx].tolist(), type=schema.field(2).type, mask=mask)]
+                cols += [pa.array(F[:, k], mask=mask) for k in range(F.shape[1])]
+                if mask is not None:
+                    bad_count += int(bad.sum())
+                    room = NAMED_OUT_OF_RANGE - len(bad_ids)
+                    if room > 0:
+                        ids = batch.column("row_id").to_numpy(zero_copy_only=False)
+                        bad_ids += [int(r) for r in ids[bad][:room]]
                 writer.write_table(pa.Table.from_arrays(cols, schema=schema))
                 done += batch.num_rows
                 if progress is not None:
@@ -133,4 +150,5 @@ def predict_dataset(est: Any, directory: Location | Path, out: Location | Path,
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return {"rows": done, "seconds": time.perf_counter() - t0, "bytes": size}
+    return {"rows": done, "seconds": time.perf_counter() - t0, "bytes": size,
+            "rows_out_of_range": bad_count, "out_of_range_row_ids": bad_ids}

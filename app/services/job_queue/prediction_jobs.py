@@ -117,6 +117,9 @@ def cancel(session: Session, tenant: Tenant, job_id: str) -> jobs_service.Cancel
     return jobs_service.cancel_job(session, tenant, job_id)
 
 
+RESULT_KEYS = ("rows", "seconds", "bytes", "rows_out_of_range", "out_of_range_row_ids")
+
+
 def out(job: Job) -> dict[str, Any]:
     base = f"/predictions/{job.id}"
     done = job.state == JobState.SUCCEEDED
@@ -132,7 +135,8 @@ def out(job: Job) -> dict[str, Any]:
         "progress": {"fraction": 1.0 if done else float(job.progress_fraction or 0.0),
                      "message": job.progress_message or ""},
         "rows_total": (job.request or {}).get("rows_total"), "rows_done": rows_done(job),
-        "result": {k: record[k] for k in ("rows", "seconds", "bytes")} if done else None,
+        "result": {"rows_out_of_range": 0, "out_of_range_row_ids": [],  # older records
+                   **{k: v for k, v in record.items() if k in RESULT_KEYS}} if done else None,
         "error": job.error, "attempt": job.attempt, "created_at": as_utc(job.created_at),
         "started_at": as_utc(job.started_at), "finished_at": as_utc(job.finished_at),
         "links": links,
