@@ -208,6 +208,7 @@ class _SparkRows:
     y_test: np.ndarray
     weight_feature: int | None = None
     w_train: np.ndarray | None = None
+    w_test: np.ndarray | None = None  # the held-out rows' weights (metrics["weighted"])
 
 
 def _spark_rows(c: ClaimedJob) -> _SparkRows:
@@ -226,20 +227,20 @@ def _spark_rows(c: ClaimedJob) -> _SparkRows:
         w = storage.load_feature(ddir, j)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
+        X_test, w_test = _without_weights(c.test_dataset_id, X_test, c.weight_column)
         n_features = int(storage.read_meta(ddir)["n_features"]) - (j is not None)
         train_idx, X_test = None, _fit_width(X_test, n_features)
     else:
         train_idx, test_idx = split(None, y, c.test_fraction, c.seed)
         X_test, y_test = storage.load_rows(ddir, test_idx)
-        X_test, _ = _without_weights(c.dataset_id, X_test, c.weight_column)
+        X_test, w_test = _without_weights(c.dataset_id, X_test, c.weight_column)
     if w is None:
         rows = train_idx
     else:
         rows = np.arange(len(y)) if train_idx is None else train_idx
         rows = rows[w[rows] > 0]
     return _SparkRows(rows, y if rows is None else y[rows], X_test, y_test, j,
-                      None if w is None else w[rows])
+                      None if w is None else w[rows], w_test)
 
 
 def run_claimed(c: ClaimedJob) -> str:
@@ -372,6 +373,7 @@ class _TrainData:
     spark_job: Any = None
     w_train: np.ndarray | None = None  # the rows' weights (the request's weight_column)
     weight_feature: int | None = None  # Spark: the stored feature holding them
+    w_test: np.ndarray | None = None  # the held-out rows' weights (metrics["weighted"])
 
 
 def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> str:
@@ -392,7 +394,7 @@ def _run_in(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitStack) -> 
     require_finite(est)
     check_going(hb)
     hb.report(0.92, "evaluating")
-    metrics, margin, reference = evaluate(est, data.X_test, data.y_test)
+    metrics, margin, reference = evaluate(est, data.X_test, data.y_test, data.w_test)
     metrics["held_out"] = True
     if search_result is not None:
         metrics["search"] = jsonable(search_result)
@@ -413,20 +415,21 @@ def _training_data(c: ClaimedJob, hb: Heartbeat, spark_scope: contextlib.ExitSta
         check_going(hb)
         spark_job = spark_scope.enter_context(_spark_job(c, hb))
         return _TrainData(None, r.y_train, r.X_test, r.y_test, r.train_rows, spark_job,
-                          r.w_train, r.weight_feature)
+                          r.w_train, r.weight_feature, r.w_test)
     X, y = _load(c.dataset_id)
     X, w = _without_weights(c.dataset_id, X, c.weight_column)
     if c.test_dataset_id:
         X_test, y_test = _load(c.test_dataset_id)
-        X_test, _ = _without_weights(c.test_dataset_id, X_test, c.weight_column)
+        X_test, w_test = _without_weights(c.test_dataset_id, X_test, c.weight_column)
         keep = np.arange(len(y)) if w is None else np.flatnonzero(w > 0)
         return _TrainData(X[keep], y[keep], _fit_width(X_test, X.shape[1]), y_test,
-                          w_train=None if w is None else w[keep])
+                          w_train=None if w is None else w[keep], w_test=w_test)
     train_idx, test_idx = split(X, y, c.test_fraction, c.seed)
     if w is not None:  # rows of weight 0 are left out (as on Spark: the same CV folds)
         train_idx = train_idx[w[train_idx] > 0]
     return _TrainData(X[train_idx], y[train_idx], X[test_idx], y[test_idx],
-                      w_train=None if w is None else w[train_idx])
+                      w_train=None if w is None else w[train_idx],
+                      w_test=None if w is None else w[test_idx])
 
 
 def _search(c: ClaimedJob, hb: Heartbeat, est: Any, params: dict[str, Any],

@@ -61,6 +61,7 @@ def data(api_server, tenant, datasets_dir, worker, heart):
             "repeated": _upload(c, "rep.csv", _csv(np.repeat(X, w.astype(int), axis=0),
                                                    np.repeat(y, w.astype(int)))),
             "test": _upload(c, "test.csv", _csv(X[:60], y[:60], np.ones(60))),
+            "wtest": _upload(c, "wtest.csv", _csv(X[:60], y[:60], w[:60])),
             "negative": _upload(c, "neg.csv", _csv(X, y, neg)),
             "zero": _upload(c, "zero.csv", _csv(X, y, zero)),
         }
@@ -94,15 +95,27 @@ def test_weight_column_is_no_feature(client, data, heart):
 
 
 def test_weight_column_equals_repeated_rows_exactly(client, data, heart):
-    """Train on all rows of both (test rows from the test set): the same linear ODM."""
-    X, _ = heart
-    body = {"algorithm": "odm", "params": PARAMS, "seed": 1, "test_dataset_id": data["test"]}
+    """Train on all rows of both (test rows from the test set): the same linear ODM. The
+    held-out metrics count rows once, and ``metrics.weighted`` by the test set's weights."""
+    X, y = heart
+    body = {"algorithm": "odm", "params": PARAMS, "seed": 1, "test_dataset_id": data["wtest"]}
     weighted = train_model(client, {**body, "dataset_id": data["weighted"],
                                      "weight_column": "w", "name": "w-exact"})
     repeated = train_model(client, {**body, "dataset_id": data["repeated"],
                                     "test_dataset_id": data["libsvm"], "name": "rep-exact"})
     np.testing.assert_allclose(_decisions(client, weighted["id"], X),
                                _decisions(client, repeated["id"], X), rtol=1e-6, atol=1e-8)
+    w = np.random.default_rng(0).integers(0, 4, size=len(y)).astype(float)[:60]
+    hit = (np.where(_decisions(client, weighted["id"], X[:60]) > 0, 1, -1) == y[:60])
+    metrics = weighted["metrics"]
+    assert metrics["n_test"] == 60 and metrics["accuracy"] == pytest.approx(hit.mean())
+    scores = metrics["weighted"]
+    assert scores["weight_sum"] == pytest.approx(w.sum())
+    assert scores["n_weighted"] == np.count_nonzero(w)
+    assert scores["accuracy"] == pytest.approx(np.average(hit, weights=w))
+    assert scores["accuracy"] != pytest.approx(hit.mean())  # the weights change it
+    assert set(scores) >= {"balanced_accuracy", "precision", "recall", "f1", "roc_auc"}
+    assert "weighted" not in repeated["metrics"]  # no weight column: no weighted block
 
 
 def test_class_weight_and_metrics(client, data, heart):

@@ -75,11 +75,13 @@ def _require_finite_decisions(F: np.ndarray, X: Any) -> None:
         "data (test_dataset_id / test_fraction)")
 
 
-def evaluate(est: Any, X: Any, y: np.ndarray
+def evaluate(est: Any, X: Any, y: np.ndarray, sample_weight: np.ndarray | None = None
              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """``(metrics, margin, margin reference)`` of ``est`` on labelled data X, y (original
     label values); the reference is the served-margin summary that live traffic is compared
-    with (``app.services.inference.monitoring``)."""
+    with (``app.services.inference.monitoring``). With the held-out rows' ``sample_weight``
+    (the request's weight column) ``metrics["weighted"]`` holds the scores weighted by it,
+    the ones the CV search ranked by; the others count every row once."""
     from app.services.inference.monitoring import model_theta, reference_of
     from solver.margins import margin_stats
 
@@ -116,6 +118,8 @@ def evaluate(est: Any, X: Any, y: np.ndarray
 
         metrics["calibration"] = calibration_scores(platt_probabilities(F, est.platt_), y,
                                                     classes)
+    if sample_weight is not None:
+        metrics["weighted"] = weighted_scores(y, pred, classes, F, sample_weight, avg)
     known = np.isin(y, classes)
     margin: dict[str, Any] = {}
     if known.any():
@@ -123,6 +127,29 @@ def evaluate(est: Any, X: Any, y: np.ndarray
         margin = margin_stats(est, Xk, y[known])
     reference = reference_of(F, model_theta(est), "held-out")
     return jsonable(metrics), jsonable(margin), reference
+
+
+def weighted_scores(y: np.ndarray, pred: np.ndarray, classes: np.ndarray, F: np.ndarray,
+                    w: np.ndarray, avg: dict[str, Any]) -> dict[str, Any]:
+    """Accuracy, balanced accuracy, precision, recall, F1 and ROC AUC with each held-out row
+    counted by its weight (None where the weights are all zero)."""
+    w = np.asarray(w, dtype=np.float64)
+    total = float(w.sum())
+    out: dict[str, Any] = {"weight_sum": total, "n_weighted": int(np.count_nonzero(w))}
+    if total <= 0:
+        return {**out, **dict.fromkeys(("accuracy", "balanced_accuracy", "precision", "recall",
+                                        "f1", "roc_auc"))}
+    kw = {"sample_weight": w, "zero_division": 0, **avg}
+    auc = None
+    if F.ndim == 1:
+        pos = y == classes[1]
+        if np.any(w[pos] > 0) and np.any(w[~pos] > 0):
+            auc = float(roc_auc_score(pos, F, sample_weight=w))
+    return {**out, "accuracy": float(accuracy_score(y, pred, sample_weight=w)),
+            "balanced_accuracy": float(balanced_accuracy_score(y, pred, sample_weight=w)),
+            "precision": float(precision_score(y, pred, **kw)),
+            "recall": float(recall_score(y, pred, **kw)),
+            "f1": float(f1_score(y, pred, **kw)), "roc_auc": auc}
 
 
 def recall_per_class(y: np.ndarray, pred: np.ndarray, classes: np.ndarray
