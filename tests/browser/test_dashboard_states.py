@@ -108,6 +108,27 @@ def test_train_form_shows_refusal_inline(page_guard, api_server: str, make_tenan
     assert page.locator("#tr-kernel option[value=rbf]").is_disabled()
     assert float(page.locator("#p-tol").input_value()) == 1e-6
     assert page.locator("#p-levels").is_hidden() and page.locator("#p-epochs").is_visible()
+
+    # weights: per-label class weights are sent as {label: weight}, a label the data lacks
+    # is named at that field; a weight column of a LIBSVM dataset is refused at its own
+    page.select_option("#tr-algorithm", "odm")
+    page.fill("#p-theta", "")
+    assert page.locator("#tr-cw-labels").is_hidden()
+    page.select_option("#tr-cw", "labels")
+    hint = page.locator("[data-field=class_weight_labels]").inner_text()
+    assert "Labels of this dataset" in hint and "rows)" in hint, hint
+    page.fill("#tr-cw-labels", "7: 2")
+    page.get_by_role("button", name="Start training").click()
+    cw_err = page.locator("#tr-cw-labels-error")
+    cw_err.wait_for()
+    assert "'7'" in cw_err.inner_text()
+    page.select_option("#tr-cw", "")
+    page.fill("#tr-weight", "w")
+    page.get_by_role("button", name="Start training").click()
+    w_err = page.locator("#tr-weight-error")
+    w_err.wait_for()
+    assert "CSV or Parquet" in w_err.inner_text()
+    assert page.locator("#tr-cw-labels-error").is_hidden()
     page_guard.check()
 
 

@@ -1,4 +1,5 @@
-// The train form: dataset, algorithm, kernel and parameters, backend and test split. The
+// The train form: dataset, algorithm, kernel and parameters, backend, test split and weights
+// (a weight column of the dataset, class weights "balanced" or per label). The
 // algorithms and their parameters (type, default, bounds, this server's limits, meaning) come
 // from GET /algorithms, the same specs that validate POST /train. Submitting POSTs /train with
 // the values that differ from the algorithm's defaults and opens the new job's live page; a
@@ -66,6 +67,19 @@ const GRID = [
   ["upsilon", "upsilon", "e.g. 0.3, 0.7"],
 ];
 
+/** "1: 20, -1: 1" -> {"1": 20, "-1": 1}; text that is not such pairs is sent as it is (the
+ * server's 422 names what is wrong with it at the class weight field). */
+export function classWeights(text) {
+  const pairs = text.split(/[,;]+/).map((p) => p.trim()).filter(Boolean);
+  const out = {};
+  for (const pair of pairs) {
+    const m = pair.match(/^(.+?)\s*[:=]\s*(\S+)$/);
+    if (!m || !Number.isFinite(Number(m[2]))) return text.trim();
+    out[m[1].trim()] = Number(m[2]);
+  }
+  return out;
+}
+
 /** "1, 10, scale" -> [1, 10, "scale"] (numbers where they parse). */
 export function gridValues(text) {
   return text.split(/[,\s]+/).filter(Boolean).map((v) => (Number.isFinite(Number(v)) ? Number(v) : v));
@@ -108,6 +122,11 @@ export async function renderTrain(main, { params, signal, navigate }) {
   const fraction = h("input#tr-fraction", { type: "number", step: "0.05", min: "0.05", max: "0.9", value: "0.2", name: "test_fraction" });
   const testDs = h("select#tr-testds", { name: "test_dataset_id" }, dsOptions(null));
   const seed = h("input#tr-seed", { type: "number", min: "0", step: "1", value: "0", name: "seed" });
+  const weightColumn = h("input#tr-weight", { type: "text", name: "weight_column", autocomplete: "off", placeholder: "none" });
+  const cwMode = h("select#tr-cw", { name: "class_weight" }, h("option", { value: "" }, "none (every row weighs 1)"),
+    h("option", { value: "balanced" }, "balanced (n / (classes × rows of the class))"), h("option", { value: "labels" }, "per label"));
+  const cwLabels = h("input#tr-cw-labels", { type: "text", name: "class_weight_labels", autocomplete: "off", placeholder: "e.g. 1: 20, -1: 1" });
+  const cwHint = h("span");
   const name = h("input#tr-name", { type: "text", name: "name", pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]*", placeholder: "defaults to the dataset name" });
 
   // one field per parameter name of any algorithm; each algorithm shows the ones it has
@@ -144,6 +163,7 @@ export async function renderTrain(main, { params, signal, navigate }) {
   }
   const more = h("details.more-params", {}, h("summary", {}, "More parameters"), h("div.grid-3", {}, advanced));
 
+  const cwLabelsField = field("class_weight_labels", "tr-cw-labels", "Weight per label", cwLabels, ["label: weight, …; other labels weigh 1. ", cwHint]);
   const splitFraction = field("test_fraction", "tr-fraction", "Test fraction", fraction, "Share of rows held out (stratified) for the metrics.");
   const splitDataset = field("test_dataset_id", "tr-testds", "Test dataset", testDs, "Metrics are measured on this dataset.");
   function refresh() {
@@ -159,6 +179,9 @@ export async function renderTrain(main, { params, signal, navigate }) {
     more.hidden = advanced.every((w) => w.hidden);
     splitFraction.hidden = split.value !== "fraction";
     splitDataset.hidden = split.value !== "dataset";
+    cwLabelsField.hidden = cwMode.value !== "labels";
+    const ds = datasets.find((d) => d.id === dataset.value);
+    cwHint.textContent = ds?.classes ? `Labels of this dataset: ${Object.entries(ds.classes).map(([l, n]) => `${l} (${n} rows)`).join(", ")}.` : "";
     gridBox.hidden = !gridOn.checked;
   }
 
@@ -168,7 +191,7 @@ export async function renderTrain(main, { params, signal, navigate }) {
   const gridBox = h("div.grid-3", {},
     GRID.map(([key, label]) => field(`search.grid.${key}`, `grid-${key}`, `${label} values`, gridInputs.get(key), "Comma-separated; empty: not searched.")),
     field("search.folds", "grid-folds", "CV folds", folds, "Stratified folds of the training part."));
-  for (const el of [algorithm, kernel, split, gridOn]) el.addEventListener("change", refresh);
+  for (const el of [algorithm, kernel, split, gridOn, cwMode, dataset]) el.addEventListener("change", refresh);
 
   const status = h("div#train-status", { "aria-live": "polite" });
   const submit = h("button.primary", { type: "submit" }, "Start training");
@@ -193,6 +216,9 @@ export async function renderTrain(main, { params, signal, navigate }) {
     if (split.value === "fraction") body.test_fraction = Number(fraction.value);
     if (split.value === "dataset") body.test_dataset_id = testDs.value;
     if (name.value.trim()) body.name = name.value.trim();
+    if (weightColumn.value.trim()) body.weight_column = weightColumn.value.trim();
+    if (cwMode.value === "balanced") body.class_weight = "balanced";
+    if (cwMode.value === "labels" && cwLabels.value.trim()) body.class_weight = classWeights(cwLabels.value);
     submit.disabled = true;
     status.replaceChildren(h("p.muted", {}, "Submitting…"));
     try {
@@ -203,7 +229,9 @@ export async function renderTrain(main, { params, signal, navigate }) {
       let first = null;
       for (const fe of err.problem?.errors || []) {
         const key = fe.field || (Array.isArray(fe.loc) ? fe.loc.filter((x) => x !== "body").join(".") : "");
-        const slot = errs.get(key);
+        // a class weight problem is shown at the per-label input when that is what was sent
+        const perLabel = key.startsWith("class_weight") && cwMode.value === "labels";
+        const slot = errs.get(perLabel ? "class_weight_labels" : key);
         if (!slot) continue;
         slot.err.textContent = fe.message || fe.msg;
         slot.err.hidden = false;
@@ -222,6 +250,11 @@ export async function renderTrain(main, { params, signal, navigate }) {
       splitFraction, splitDataset,
       field("seed", "tr-seed", "Seed", seed, "Seeds the split and the solver's random choices (reproducible runs)."),
       field("name", "tr-name", "Model name", name, "Letters, digits, . _ -; each run adds a version."))),
+  section("Weights",
+    h("div.grid-2", {},
+      field("weight_column", "tr-weight", "Weight column", weightColumn, "A column of a CSV or Parquet dataset holding each row's weight (≥ 0; 0 leaves the row out). It is taken out of the features; a test dataset needs it too."),
+      field("class_weight", "tr-cw", "Class weights", cwMode, "Weights each class's rows in the loss; the CV of a search or of \"auto\" then scores balanced accuracy."),
+      cwLabelsField)),
   section("Algorithm",
     h("div.grid-2", {},
       field("algorithm", "tr-algorithm", "Algorithm", algorithm, algHelp),
@@ -249,6 +282,12 @@ export async function renderTrain(main, { params, signal, navigate }) {
     for (const [key, { input }] of inputs) if (key in p && p[key] !== null) input.value = String(p[key]);
     seed.value = String(req.seed ?? 0);
     if (req.name) name.value = req.name;
+    if (req.weight_column) weightColumn.value = req.weight_column;
+    if (req.class_weight === "balanced") cwMode.value = "balanced";
+    else if (req.class_weight && typeof req.class_weight === "object") {
+      cwMode.value = "labels";
+      cwLabels.value = Object.entries(req.class_weight).map(([l, w]) => `${l}: ${w}`).join(", ");
+    }
     if (req.test_dataset_id) { split.value = "dataset"; testDs.value = req.test_dataset_id; } else { split.value = "fraction"; fraction.value = String(req.test_fraction ?? 0.2); }
     if (req.search?.grid) {
       gridOn.checked = true;
