@@ -81,12 +81,14 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
 
 def _search_work(info: dict[str, Any]) -> dict[str, Any]:
     """The search's counted work (the same on any machine): CV evaluations per stage, the
-    faces its Newton steps factored and their Cholesky work ``sum(s^3) / 3``."""
+    faces its Newton steps factored and their Cholesky work ``sum(s^3) / 3``, the kernel
+    matrices computed and shared (``share_kernels``)."""
     faces = [s for row in info["cv_table"] for fold in row["faces"] for s in fold]
     stages: dict[str, int] = {}
     for row in info["cv_table"]:
         stages[row["stage"]] = stages.get(row["stage"], 0) + 1
     return {"evaluations": stages, "faces": len(faces),
+            "kernel_matrices": info.get("kernel_matrices") or {},
             "factor_work": float(sum(float(s) ** 3 for s in faces) / 3.0),
             "refine_cpu_s": float(sum(r["cpu_seconds"] for r in info["cv_table"]
                                       if r["stage"] == "refine")),
@@ -240,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             w = r["auto_odm"]["search_work"]
             work.append(f"- {r['dataset']}: evaluations {w['evaluations']}, refinement "
                         f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "
-                        f"(work {w['factor_work']:.3g}); final fit " + "; ".join(
+                        f"(work {w['factor_work']:.3g}); kernel matrices "
+                        f"{w.get('kernel_matrices') or 'one per fit'}; final fit " + "; ".join(
                             f"level {lv['level']}: {lv['n_iter']} epochs, "
                             f"{lv['factorizations']} factorizations"
                             for lv in r["auto_odm"]["final_levels"]))

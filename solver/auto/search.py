@@ -30,6 +30,12 @@ pair step's diagonals (:func:`_rescaled_dual`). The start depends only on the or
 search, so the choice stays the same on any machine; the optimum is the same, the work to
 reach it smaller (issue 34, docs/auto-params.md "Levers for issue 34").
 
+**One kernel matrix per (rows, fold, gamma)** (``share_kernels``, on by default; binary
+kernel problems): the CV fits of every lam and theta with the same gamma on the same fold
+read the matrix the first of them computed (:mod:`solver.exact.kernel_memo`, at most the
+fits' ``cache_size`` of matrices kept, least recently used dropped): the same values, the
+same choice, fewer kernel evaluations.
+
 **Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
 above its floor, a kernel candidate's predicted cost is multiplied by ``1 + slope (log10 lam
 - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of rows
@@ -75,6 +81,7 @@ import numpy as np
 
 from solver.core.cputime import CpuClock
 from solver.core.row_blocks import LazyRows
+from solver.exact.kernel_memo import KernelMemo
 from solver.exceptions import FitCancelled
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
@@ -157,6 +164,7 @@ class SearchSettings:
     warm_lam: bool = True
     refine_min_gain: float = 0.0
     lam_cost_slope: float = 0.5
+    share_kernels: bool = True
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -206,6 +214,7 @@ class AutoResult:
     stop_reason: str
     row_bound: int = 0
     settings: SearchSettings = field(default_factory=SearchSettings)
+    kernel_matrices: dict[str, int] = field(default_factory=dict)
 
     def info(self) -> dict[str, Any]:
         s = self.settings
@@ -235,6 +244,7 @@ class AutoResult:
             "budget_floor_seconds": s.budget_floor_seconds,
             "budget_factor": s.budget_factor,
             "stop_reason": self.stop_reason,
+            "kernel_matrices": self.kernel_matrices,
         }
 
 
@@ -332,6 +342,9 @@ class _Search:
         # warm starts along the lam path: binary kernel problems (the duals of each fold)
         self.warm = settings.warm_lam and not linear and self.problems == 1
         self.duals: dict[tuple[_Point, int, int], np.ndarray] = {}
+        # one kernel matrix per (rows, fold, gamma), kept within the fits' cache_size
+        self.shared = settings.share_kernels and not linear and self.problems == 1
+        self.memo: KernelMemo | None = None
         lazy = isinstance(Xs, LazyRows)
         self.width = Xs.stats.width if lazy else _mean_width(Xs)
         n = float(len(y))
@@ -422,6 +435,8 @@ class _Search:
             if self.should_stop is not None and self.should_stop():
                 raise FitCancelled("cancelled during the hyperparameter search")
             est = self.make(self.fit_values(p))
+            if self.shared:
+                est._kernel_memo = self.kernel_memo(est).slot((rows, f, p.log_gamma_mult))
             if start is not None:
                 est._dual_start = _rescaled_dual(self.duals[(start, rows, f)], start, p,
                                                  len(tr), getattr(est, "upsilon", 1.0))
@@ -440,6 +455,13 @@ class _Search:
         self.scores[key] = sc
         self.table.append(sc)
         return sc
+
+    def kernel_memo(self, est) -> KernelMemo:
+        """The search's kept kernel matrices (``share_kernels``): as many bytes as one CV
+        fit's kernel may use (its ``cache_size``), so the search needs at most twice that."""
+        if self.memo is None:
+            self.memo = KernelMemo(float(getattr(est, "cache_size", 512.0)) * 2**20)
+        return self.memo
 
     def warm_source(self, p: _Point, rows: int) -> _Point | None:
         """The scored candidate whose duals start ``p``'s folds (``warm_lam``): the same
@@ -643,7 +665,11 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=1, user_api="blas"):
-            best, rungs, stop = srch.run()
+            try:
+                best, rungs, stop = srch.run()
+            finally:
+                if srch.memo is not None:  # not held through the final fit
+                    srch.memo.clear()
     vals = srch.values(best.point)
     table = [{**srch.values(sc.point), "gamma_mult": 10.0 ** sc.point.log_gamma_mult,
               "rows": sc.rows, "stage": sc.stage, "mean_accuracy": sc.mean_accuracy,
@@ -655,7 +681,9 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                       predicted_cpu_seconds=srch.predicted,
                       wall_seconds=time.perf_counter() - t0, budget_cpu_seconds=srch.budget,
                       final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
-                      row_bound=srch.row_bound, settings=s)
+                      row_bound=srch.row_bound, settings=s,
+                      kernel_matrices={} if srch.memo is None else {
+                          "computed": srch.memo.computed, "shared": srch.memo.hits})
 
 
 def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from solver.core.inputs import as_generator, check_alpha0, check_dual_problem, c
 from solver.core.kernels import Kernel, kernel_decision, kernel_diag
 from solver.exact import newton_kernel
 from solver.exact.kernel_columns import ColumnStore
+from solver.exact.kernel_memo import MemoSlot
 from solver.exceptions import convergence_warning
 
 __all__ = ["DualResult", "solve_kernel_dual", "kernel_kkt_violation", "kernel_decision"]
@@ -178,7 +179,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
                       cache_size: float = 512, shrinking: bool = True, random_state=None,
                       should_stop: Callable[[], bool] | None = None,
                       kernel_dtype=None, newton: bool = True,
-                      sample_weight: np.ndarray | None = None) -> DualResult:
+                      sample_weight: np.ndarray | None = None,
+                      kernel_memo: MemoSlot | None = None) -> DualResult:
     """Solve the kernel ODM dual exactly by dual coordinate descent (see module docstring).
 
     ``m_scale`` is the M of the ``(M c / 2)`` term (default ``len(y)``); ``cache_size`` is the
@@ -189,6 +191,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     the active-set Newton attempts (:mod:`solver.exact.newton_kernel`); they only accelerate, the
     optimum is the same.  ``sample_weight`` (positive, length m) multiplies each instance's
     loss (:mod:`solver.core.formulation`); ``m_scale`` then defaults to the weights' sum.
+    ``kernel_memo``: a search's kept kernel matrices (:mod:`solver.exact.kernel_memo`): the
+    same values, computed once for all solves of the same rows and kernel.
     """
     X, y, alpha, m_scale, sw = _checked(X, y, kernel, params, alpha0, m_scale, tol,
                                         max_iter, cache_size, sample_weight)
@@ -199,7 +203,7 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     if m == 0:
         return DualResult(alpha, 0, 0.0, 0.0, True, False)
 
-    store = ColumnStore(X, kernel, float(cache_size) * _MB, kernel_dtype)
+    store = ColumnStore(X, kernel, float(cache_size) * _MB, kernel_dtype, memo=kernel_memo)
     kdiag = kernel_diag(kernel, X)
     f = store.margins(y * (alpha[:, 0] - alpha[:, 1]))
     schedule = newton_kernel.NewtonSchedule.for_store(

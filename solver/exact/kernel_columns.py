@@ -14,6 +14,7 @@ import numpy as np
 from solver.core import _numba_kernels as nk
 from solver.core import buffers
 from solver.core.kernels import Kernel, kernel_decision, kernel_matrix
+from solver.exact.kernel_memo import MemoSlot
 
 __all__ = ["ColumnStore"]
 
@@ -41,10 +42,12 @@ class ColumnStore:
 
     ``slot[i]`` is the row of ``cache`` holding column ``i`` (``-1`` when not cached);
     ``last_used``/``tick`` drive the LRU eviction (the compiled sweep stamps the slots it
-    reads).
+    reads). ``memo``: where a search keeps whole matrices across solves of the same rows and
+    kernel (:mod:`solver.exact.kernel_memo`); only the full matrix is kept.
     """
 
-    def __init__(self, X, kernel: Kernel, budget_bytes: float, dtype=None) -> None:
+    def __init__(self, X, kernel: Kernel, budget_bytes: float, dtype=None,
+                 memo: MemoSlot | None = None) -> None:
         m = X.shape[0]
         self.X, self.kernel, self.m = X, kernel, m
         if dtype is None:
@@ -52,7 +55,10 @@ class ColumnStore:
         dtype = np.dtype(dtype)
         self.full = m * m * dtype.itemsize <= budget_bytes or m <= 2
         if self.full:
-            self.cache = kernel_matrix(kernel, X, dtype=dtype)  # symmetric: half the work
+            def compute() -> np.ndarray:
+                return kernel_matrix(kernel, X, dtype=dtype)
+
+            self.cache = compute() if memo is None else memo.matrix((m, m), dtype, compute)
             self.slot = np.arange(m, dtype=np.int64)
             self.n_slots = m
         else:

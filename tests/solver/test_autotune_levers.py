@@ -1,7 +1,8 @@
 """The search's cost levers of issue 34 (``solver.auto.search.SearchSettings``): a looser CV
-tolerance, warm starts along the lam path, the refinement's plateau stop and the lam weight
-of the predicted cost. Each is off or on by its setting; these tests check that each does
-what it says, not what it saves (that is measured by ``bench.auto_params``)."""
+tolerance, warm starts along the lam path, the refinement's plateau stop, the lam weight
+of the predicted cost and one kernel matrix per (rows, fold, gamma). Each is off or on by
+its setting; these tests check that each does what it says, not what it saves (that is
+measured by ``bench.auto_params``)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,35 @@ def test_lam_cost_slope_weights_large_lam_predictions():
                               "budget_factor": 0.0})
     at_floor = run(floor, auto=("theta",), fixed=fixed)
     assert np.isclose(at_floor.predicted_cpu_seconds, plain.predicted_cpu_seconds)
+
+
+def test_share_kernels_gives_the_same_table_from_fewer_matrices():
+    """``share_kernels`` (the default): the CV fits of every lam of a (rows, fold, gamma) read
+    one kept matrix, so the table (every fold's accuracy) and the choice are those of the
+    search that computes a matrix per fit, from one matrix per (rows, fold, gamma); a memo
+    too small for any matrix computes every one (and keeps none)."""
+    from solver.exact.kernel_memo import KernelMemo
+
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=1, share_kernels=False)
+    alone = run(s)
+    shared = run(SearchSettings(**{**s.__dict__, "share_kernels": True}))
+
+    def table(res):
+        return [(r["lam"], r["gamma"], r["rows"], r["fold_accuracy"]) for r in res.table]
+
+    assert table(shared) == table(alone)
+    assert (shared.lam, shared.gamma) == (alone.lam, alone.gamma)
+    assert alone.kernel_matrices == {}
+    fits = 3 * len(shared.table)
+    keys = {(r["rows"], r["gamma"]) for r in shared.table}
+    assert shared.kernel_matrices == {"computed": 3 * len(keys), "shared": fits - 3 * len(keys)}
+    memo = KernelMemo(max_bytes=50)  # less than one 3x3 float64 matrix (72 bytes)
+    ones = [memo.matrix("k", (3, 3), np.float64, lambda: np.ones((3, 3))) for _ in range(2)]
+    assert memo.computed == 2 and memo.hits == 0 and ones[0] is not ones[1]
+    memo = KernelMemo(max_bytes=200)  # room for one 4x3 float64 matrix (96 bytes) at a time
+    a = memo.matrix("a", (4, 3), np.float64, lambda: np.zeros((4, 3)))
+    assert memo.matrix("a", (4, 3), np.float64, lambda: np.ones((4, 3))) is a
+    memo.matrix("b", (4, 3), np.float64, lambda: np.zeros((4, 3)))
+    memo.matrix("c", (4, 3), np.float64, lambda: np.zeros((4, 3)))  # "a" is dropped
+    assert memo.matrix("a", (4, 3), np.float64, lambda: np.ones((4, 3)))[0, 0] == 1.0
+    assert memo.nbytes <= 200
