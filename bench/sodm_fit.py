@@ -1,4 +1,4 @@
-"""One SODM-RBF fit at a fixed setting, with its default structure: CPU, memory, accuracy.
+"""One SODM-RBF fit at a fixed setting: CPU, memory, accuracy.
 
     PYTHONPATH=. .venv/bin/python -m bench.sodm_fit --dataset ijcnn1 --lam 1e6 \\
         --gamma-mult 1 --gamma-units scale --theta 0.2 --cache-size 512
@@ -6,8 +6,9 @@
 For comparing solver changes on the final fit of a training request: the training split of
 ``bench.data`` less a validation fifth (``numpy.random.default_rng(0)``), one BLAS thread,
 ``n_jobs=1``; ``gamma = gamma_mult / d`` (``--gamma-units d``, ``bench.run``'s convention) or
-``gamma_mult / (d Var X)`` (``scale``, the "auto" search's). Prints CPU seconds of the fit,
-partitions, validation and test accuracy, the process's peak RSS, epochs and factorizations. To
+``gamma_mult / (d Var X)`` (``scale``, the "auto" search's); the default structure, or ``--p``
+partitions in one level. Prints CPU seconds of the fit, partitions, validation and test
+accuracy, the process's peak RSS, epochs and factorizations. To
 compare two trees in one command, run the file of this tree with ``PYTHONPATH`` set to each
 (``bench/records/`` has such runs).
 """
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gamma-units", choices=("d", "scale"), default="scale")
     ap.add_argument("--theta", type=float, default=0.2)
     ap.add_argument("--cache-size", type=float, default=512.0)
+    ap.add_argument("--p", type=int, default=None,
+                    help="level-1 partitions (default: those whose kernel fits the cache); "
+                         "one level")
     a = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
@@ -53,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.process_time()
         est = SODMClassifier(kernel="rbf", lam=a.lam, gamma=gamma, theta=a.theta,
                              scale=False, random_state=0, n_jobs=1,
-                             cache_size=a.cache_size).fit(X, y)
+                             cache_size=a.cache_size, p=a.p,
+                             levels=None if a.p is None else 1).fit(X, y)
         cpu = time.process_time() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rec = est.history_[0]
