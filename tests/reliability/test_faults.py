@@ -20,7 +20,7 @@ import redis
 from tests.reliability.conftest import one, via
 from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, wait_job, wait_no_delivery
 
-# 10x SECONDS_ODM's epochs (about 10 s on an idle 2-core machine): long
+# 60x SECONDS_ODM's epochs (tens of seconds on an idle 2-core machine): long
 # enough to outlast a 3 s visibility timeout by a wide margin, short enough to run once
 MEDIUM_ODM = {**LONG_ODM, "max_iter": 6000}
 
