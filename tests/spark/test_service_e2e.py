@@ -254,8 +254,8 @@ def test_auto_parameters_on_spark_give_the_local_model(sclient, spark_worker, he
 
 def test_weights_on_spark_give_the_local_model(sclient, spark_worker, datasets_dir):
     """weight_column (a CSV column) and class_weight, with lam "auto": Spark takes the
-    column out of the features, leaves out the rows of weight 0, weights its search and its
-    fit as the local backend does, and fits the local model."""
+    column out of the features, leaves out the rows of weight 0, weights its search, its
+    fit and its held-out metrics as the local backend does, and fits the local model."""
     from tests.service.jobs_helpers import HEART_NAMES
     from tests.service.test_weights import _csv, _upload
 
@@ -274,6 +274,10 @@ def test_weights_on_spark_give_the_local_model(sclient, spark_worker, datasets_d
     assert sa["chosen"] == pytest.approx(la["chosen"], rel=1e-9)
     assert model["fit_info"]["weights"]["sum"] == pytest.approx(
         ml["fit_info"]["weights"]["sum"], rel=1e-12)
+    # the held-out rows' weights reach the metrics on both backends
+    wm, wl = model["metrics"]["weighted"], ml["metrics"]["weighted"]
+    assert wm["weight_sum"] == wl["weight_sum"] > 0 and wm["n_weighted"] == wl["n_weighted"]
+    assert wm["accuracy"] == pytest.approx(wl["accuracy"], abs=1e-12)
 
 
 def test_multiclass_on_connect(sclient, spark_worker, three, datasets_dir):
