@@ -65,6 +65,14 @@ def test_failed_job_shows_error_and_history(page_guard, api_server: str, make_te
     snap(page, screenshot, "job-failed")
 
 
+def _refusal_at(page, field: str) -> str:
+    """Submit the train form and return the refusal shown at ``field`` (its error line)."""
+    page.get_by_role("button", name="Start training").click()
+    err = page.locator(f"{field}-error")
+    err.wait_for()
+    return err.inner_text()
+
+
 def test_train_form_shows_refusal_inline(page_guard, api_server: str, make_tenant,
                                          datasets_dir: Path, screenshot) -> None:
     _, key = make_tenant()
@@ -93,10 +101,7 @@ def test_train_form_shows_refusal_inline(page_guard, api_server: str, make_tenan
     # a bad parameter value is named by the API and shown at its field
     page.select_option("#tr-split", "fraction")
     page.fill("#p-theta", "1.5")
-    page.get_by_role("button", name="Start training").click()
-    theta_err = page.locator("#p-theta-error")
-    theta_err.wait_for()
-    assert "theta" in theta_err.inner_text()
+    assert "theta" in _refusal_at(page, "#p-theta")
 
     # each algorithm shows its own parameters and defaults; typed values survive a switch
     page.select_option("#tr-algorithm", "dc")
@@ -118,16 +123,10 @@ def test_train_form_shows_refusal_inline(page_guard, api_server: str, make_tenan
     hint = page.locator("[data-field=class_weight_labels]").inner_text()
     assert "Labels of this dataset" in hint and "rows)" in hint, hint
     page.fill("#tr-cw-labels", "7: 2")
-    page.get_by_role("button", name="Start training").click()
-    cw_err = page.locator("#tr-cw-labels-error")
-    cw_err.wait_for()
-    assert "'7'" in cw_err.inner_text()
+    assert "'7'" in _refusal_at(page, "#tr-cw-labels")
     page.select_option("#tr-cw", "")
     page.fill("#tr-weight", "w")
-    page.get_by_role("button", name="Start training").click()
-    w_err = page.locator("#tr-weight-error")
-    w_err.wait_for()
-    assert "CSV or Parquet" in w_err.inner_text()
+    assert "CSV or Parquet" in _refusal_at(page, "#tr-weight")
     assert page.locator("#tr-cw-labels-error").is_hidden()
     page_guard.check()
 
