@@ -1,7 +1,8 @@
 """Rate limits shared by every API process: the ``limits`` library on Redis, weighted by cost.
 
-Two policies, each a fixed one-minute window counted in Redis (``SODM_REDIS_URL``, default
-the broker when it is Redis; kept in the process's memory in the embedded quick start):
+Two policies, each a fixed window (a minute; ``SODM_RATE_LIMIT_WINDOW_SECONDS``) counted in
+Redis (``SODM_REDIS_URL``, default the broker when it is Redis; kept in the process's memory
+in the embedded quick start):
 
 * ``key``: ``SODM_RATE_LIMIT_PER_MINUTE`` cost units per API key (0 turns it off); a
   request costs its route's weight (``ROUTE_COSTS``) plus one unit per ``per_bytes`` of
@@ -35,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from limits import RateLimitItemPerMinute
+from limits import RateLimitItemPerSecond
 from limits.aio.strategies import FixedWindowRateLimiter
 from prometheus_client import Counter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -44,7 +45,7 @@ from app.core.config import get_settings
 
 log = logging.getLogger("sodm.ratelimit")
 
-WINDOW_SECONDS = 60
+WARN_EVERY_SECONDS = 60  # at most one "store unavailable" line a minute
 ERRORS = Counter("sodm_rate_limit_errors_total",
                  "Rate-limit checks that could not reach the store (requests let through)")
 
@@ -118,9 +119,10 @@ class Decision:
     limit: int
     remaining: int
     reset_seconds: int
+    window_seconds: int
 
     def headers(self) -> dict[str, str]:
-        return {"RateLimit-Policy": f'"{self.policy}";q={self.limit};w={WINDOW_SECONDS}',
+        return {"RateLimit-Policy": f'"{self.policy}";q={self.limit};w={self.window_seconds}',
                 "RateLimit": f'"{self.policy}";r={self.remaining};t={self.reset_seconds}'}
 
     def retry_after(self) -> str:
@@ -268,6 +270,7 @@ class Limiter:
             self.storage = MemoryStorage()
         self.strategy = _CoalescedCounts(self.storage) if url else _Counting(self.storage)
         self.shared = url is not None
+        self.window = s.rate_limit_window_seconds
         self._warned_at = -math.inf
 
     async def hit(self, policy: str, identity: str, per_minute: int, cost: int) -> Decision:
@@ -287,7 +290,7 @@ class Limiter:
 
     async def _decide(self, policy: str, identity: str, per_minute: int, cost: int,
                       unconditional: bool = False) -> Decision:
-        item = RateLimitItemPerMinute(per_minute)
+        item = RateLimitItemPerSecond(per_minute, self.window)
         try:
             if cost:
                 count, applied, reset_at = await self.strategy.hit_counted(
@@ -299,15 +302,15 @@ class Limiter:
         except Exception as exc:  # noqa: BLE001 - fail open, never a 500
             ERRORS.inc()
             now = time.monotonic()
-            if now - self._warned_at > WINDOW_SECONDS:  # at most one line a minute
+            if now - self._warned_at > WARN_EVERY_SECONDS:
                 self._warned_at = now
                 log.warning("rate limit store unavailable (%s); requests let through",
                             type(exc).__name__)
-            return Decision(policy, True, per_minute, per_minute, WINDOW_SECONDS)
+            return Decision(policy, True, per_minute, per_minute, self.window, self.window)
         reset = max(0, math.ceil(reset_at - time.time()))
         allowed = applied and (cost > 0 or count < per_minute)
         return Decision(policy, allowed, per_minute, max(0, per_minute - count),
-                        min(reset, WINDOW_SECONDS))
+                        min(reset, self.window), self.window)
 
 
 _limiter: tuple[asyncio.AbstractEventLoop, Limiter] | None = None

@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(default=600, ge=0, alias="SODM_RATE_LIMIT_PER_MINUTE")
     rate_limit_anonymous_per_minute: int = Field(
         default=120, ge=0, alias="SODM_RATE_LIMIT_ANONYMOUS_PER_MINUTE")
+    # the windows' length: both limits count per this many seconds ("per minute" at the default)
+    rate_limit_window_seconds: int = Field(default=60, ge=1, le=3600,
+                                           alias="SODM_RATE_LIMIT_WINDOW_SECONDS")
     # per-tenant quotas (app.services.tenancy.quotas; 0: no quota): stored bytes of datasets and
     # models (507 above it), queued + running jobs (429), open /jobs/{id}/events streams
     # across all API processes (429)
