@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -134,9 +135,15 @@ def _connect(port: int, source: str = "127.0.0.1") -> socket.socket:
     return s
 
 
+# bytes read past one answer (the next pipelined answer's start), kept for the next read
+_AHEAD: weakref.WeakKeyDictionary[socket.socket, bytes] = weakref.WeakKeyDictionary()
+
+
 def _answer(s: socket.socket) -> tuple[int, dict[str, str], bytes, bool]:
-    """Read one answer: (status, headers, body, whether the server then closed)."""
-    data = b""
+    """Read one answer: (status, headers, body, whether the server then closed). One recv
+    may hold the start of the next answer (pipelined requests); it is kept for the next
+    call on the same socket."""
+    data = _AHEAD.pop(s, b"")
     while b"\r\n\r\n" not in data:
         chunk = s.recv(65536)
         assert chunk, f"closed without an answer: {data!r}"
@@ -144,8 +151,12 @@ def _answer(s: socket.socket) -> tuple[int, dict[str, str], bytes, bool]:
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-    while len(body) < int(headers.get("content-length", 0)):
+    size = int(headers.get("content-length", 0))
+    while len(body) < size:
         body += s.recv(65536)
+    if len(body) > size:
+        _AHEAD[s] = body[size:]
+        body = body[:size]
     closed = False
     if headers.get("connection") == "close":
         with contextlib.suppress(ConnectionResetError):
