@@ -59,9 +59,22 @@ def job_ended(job_id: str) -> None:
     if not enabled():
         return
     if not _thread or not _thread[0].is_alive():
+        _import_pyspark()
         _thread[:] = [threading.Thread(target=_work, name="sodm-mlflow", daemon=True)]
         _thread[0].start()
     _queue.put(job_id)
+
+
+def _import_pyspark() -> None:
+    """Import pyspark (where installed) on this thread before the MLflow thread starts.
+    MLflow imports pyspark lazily while it logs (its Databricks checks); a Spark job
+    importing it on the job's thread at the same moment gets a partially initialised
+    ``pyspark.sql`` ("cannot import name 'SQLContext'", a failed job). Imported once here,
+    both threads find it whole."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is not None:
+        import pyspark.sql  # noqa: F401
 
 
 def drain(timeout: float) -> None:

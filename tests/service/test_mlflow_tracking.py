@@ -160,3 +160,24 @@ def test_without_the_variable_mlflow_is_never_imported(stack_env):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_pyspark_is_whole_before_the_mlflow_thread_starts() -> None:
+    """MLflow imports pyspark lazily on its thread while a Spark job may import it on the
+    job's thread (a partially initialised ``pyspark.sql``, a failed job): ``job_ended``
+    imports it on the caller's thread before it starts the MLflow thread."""
+    code = ("import sys, threading\n"
+            "from worker import mlflow_tracking as m\n"
+            "seen, start = [], threading.Thread.start\n"
+            "def spy(self):\n"
+            "    seen.append('pyspark.sql' in sys.modules)\n"
+            "    start(self)\n"
+            "threading.Thread.start = spy\n"
+            "assert 'pyspark' not in sys.modules\n"
+            "m.job_ended('00000000-0000-0000-0000-000000000000')\n"
+            "print(seen)\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "[True]"
