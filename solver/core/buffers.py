@@ -38,9 +38,9 @@ def empty(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
 
 
 def _huge_pages(nbytes: int) -> mmap.mmap | None:
-    """An anonymous mapping of transparent huge pages, mapped; None where the system refuses
-    (no THP, ``never`` in ``/sys/kernel/mm/transparent_hugepage/enabled``, or a kernel
-    without ``MADV_POPULATE_WRITE``)."""
+    """An anonymous mapping asking for transparent huge pages, mapped; None where the kernel
+    refuses either call (no THP support, or older than ``MADV_POPULATE_WRITE``). With THP
+    ``never`` the hint is accepted and the pages are 4 KB ones."""
     huge = getattr(mmap, "MADV_HUGEPAGE", None)
     if huge is None:
         return None
