@@ -1,4 +1,4 @@
-"""Large work arrays allocated with their pages mapped up front.
+"""Large work arrays allocated with their pages mapped up front, and reused within a fit.
 
 A fresh numpy array is backed by pages the OS maps on first touch, one fault per 4 KB page.
 On virtual machines that fault cost can dominate building a kernel matrix (measured in
@@ -9,45 +9,129 @@ them in one call (``MADV_POPULATE_WRITE``, Linux 5.14); where either is refused 
 with ``MAP_POPULATE`` (4 KB pages, in one system call).  Where ``MAP_POPULATE`` does not
 exist (not Linux), or for arrays under ``_MIN_BYTES``, this is ``np.empty``.  The mapping is
 released when the array is garbage-collected.
+
+Inside :func:`reuse` (a fit's sequential partition solves), a mapping whose arrays have all
+been garbage-collected is kept and handed to the next request of about its size, so a level
+of equal partitions maps its kernel matrix's pages once, not once per partition.  Memory is
+never shared with a live array (the mapping returns only when its array and every view of it
+are gone), and the kept mappings are released when the block ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 
-__all__ = ["empty"]
+__all__ = ["empty", "reuse"]
 
 _MIN_BYTES = 32 << 20
 _MADV_POPULATE_WRITE = 23  # linux/mman.h (Linux 5.14); not named by Python before 3.13
+# a reused mapping serves requests from this share of its size up to all of it
+REUSE_MIN_SHARE = 0.5
+# a mapping made inside reuse() reserves this much more address space than asked (mapped
+# only when a later, larger request uses it), so slightly larger partitions still fit
+REUSE_HEADROOM = 1 / 8
+_HUGE_PAGE = 2 << 20
 
 
 def empty(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
     """An uninitialised C-contiguous array like ``np.empty``, its pages already mapped."""
     shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    populate = getattr(mmap, "MAP_POPULATE", None)
-    if populate is None or nbytes < _MIN_BYTES:
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if getattr(mmap, "MAP_POPULATE", None) is None or nbytes < _MIN_BYTES:
         return np.empty(shape, dtype=dtype)
-    return np.frombuffer(_huge_pages(nbytes) or mmap.mmap(
-        -1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate),
-        dtype=dtype).reshape(shape)
+    arena = _ARENA.get()
+    if arena is not None:
+        return arena.array(nbytes, dtype, count).reshape(shape)
+    return np.frombuffer(_mapped(nbytes), dtype=dtype, count=count).reshape(shape)
 
 
-def _huge_pages(nbytes: int) -> mmap.mmap | None:
-    """An anonymous mapping asking for transparent huge pages, mapped; None where the kernel
-    refuses either call (no THP support, or older than ``MADV_POPULATE_WRITE``). With THP
-    ``never`` the hint is accepted and the pages are 4 KB ones."""
+@contextmanager
+def reuse() -> Iterator[None]:
+    """Within the block (this thread or task only), :func:`empty` reuses the mappings of
+    arrays that have been garbage-collected (see the module docstring)."""
+    token = _ARENA.set(_Arena())
+    try:
+        yield
+    finally:
+        _ARENA.reset(token)
+
+
+class _Mapping:
+    """One anonymous mapping of ``size`` bytes, its first ``populated`` bytes mapped."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.size = -(-int(nbytes * (1 + REUSE_HEADROOM)) // _HUGE_PAGE) * _HUGE_PAGE
+        self.buf = _huge_pages(self.size, populate=nbytes)
+        if self.buf is None:  # no THP: exactly the request, mapped in one call
+            self.buf, self.size = _mapped(nbytes), nbytes
+        self.populated = nbytes
+
+    def grow_to(self, nbytes: int) -> None:
+        """Map the pages up to ``nbytes`` (within ``size``) ahead of use."""
+        if nbytes > self.populated:
+            start = self.populated // mmap.PAGESIZE * mmap.PAGESIZE
+            with contextlib.suppress(OSError):  # else faulted in on first touch
+                self.buf.madvise(_populate_write(), start, nbytes - start)
+            self.populated = nbytes
+
+
+class _Arena:
+    """The mappings kept by one :func:`reuse` block; ``free`` holds those no array uses."""
+
+    def __init__(self) -> None:
+        self.free: list[_Mapping] = []
+
+    def array(self, nbytes: int, dtype: np.dtype, count: int) -> np.ndarray:
+        fits = [m for m in self.free if nbytes <= m.size and nbytes >= REUSE_MIN_SHARE * m.size]
+        if fits:
+            mapping = min(fits, key=lambda m: m.size)
+            self.free.remove(mapping)
+            mapping.grow_to(nbytes)
+        else:
+            # the free mappings of this request's size class are too small: let them go
+            self.free[:] = [m for m in self.free if m.size < REUSE_MIN_SHARE * nbytes]
+            mapping = _Mapping(nbytes)
+        out = np.frombuffer(mapping.buf, dtype=dtype, count=count)
+        # every view of ``out`` keeps it alive, so this runs once none is left
+        weakref.finalize(out, self.free.append, mapping).atexit = False
+        return out
+
+
+_ARENA: ContextVar[_Arena | None] = ContextVar("solver_buffers_arena", default=None)
+
+
+def _populate_write() -> int:
+    return getattr(mmap, "MADV_POPULATE_WRITE", _MADV_POPULATE_WRITE)
+
+
+def _mapped(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of anonymous memory, mapped: on huge pages where allowed, else 4 KB ones."""
+    return _huge_pages(nbytes) or mmap.mmap(
+        -1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+
+
+def _huge_pages(nbytes: int, populate: int | None = None) -> mmap.mmap | None:
+    """An anonymous mapping of ``nbytes`` asking for transparent huge pages, its first
+    ``populate`` bytes (default: all) mapped; None where the kernel refuses either call (no
+    THP support, or older than ``MADV_POPULATE_WRITE``). With THP ``never`` the hint is
+    accepted and the pages are 4 KB ones."""
     huge = getattr(mmap, "MADV_HUGEPAGE", None)
     if huge is None:
         return None
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         buf.madvise(huge)
-        buf.madvise(getattr(mmap, "MADV_POPULATE_WRITE", _MADV_POPULATE_WRITE))
+        buf.madvise(_populate_write(), 0, nbytes if populate is None else populate)
     except OSError:
         buf.close()
         return None

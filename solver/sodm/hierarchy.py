@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from solver.core import buffers
 from solver.core.formulation import (
     ODMParams,
     check_weights,
@@ -434,7 +435,9 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
         result.landmarks, result.strata, result.partitions = lm, strata, finest
     else:
         finest = np.zeros(M, dtype=np.int64)
-    with TaskPool(n_jobs if resolve_n_jobs(n_jobs) > 1 else 1, should_stop) as pool:
+    # inline partitions of a level reuse each other's kernel-matrix pages (solver.core.buffers)
+    with TaskPool(n_jobs if resolve_n_jobs(n_jobs) > 1 else 1, should_stop) as pool, \
+            buffers.reuse():
         backend = PoolLevels(pool, X, y, kernel, params, finest, p, L, seed=seed, tol=tol,
                              max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
                              X_val=X_val, y_val=y_val, keep_levels=keep_levels,
