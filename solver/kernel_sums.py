@@ -2,13 +2,19 @@
 warm-up): the public face of the compiled loops in ``solver.core._numba_kernels``.
 
 Given a block ``G = Z @ SV.T`` of inner products, each function adds
-``sum_j k(z_i, sv_j) coef[j]`` to ``out[i]`` without storing the kernel block."""
+``sum_j k(z_i, sv_j) coef[j]`` to ``out[i]`` without storing the kernel block; for RBF rows of
+at most ``DIRECT_RBF_MAX_FEATURES`` features, :func:`add_rbf_sums_from_points` is cheaper and
+needs no inner products."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from solver.core import _numba_kernels as _nk
+from solver.core.kernels import DIRECT_RBF_MAX_FEATURES
+
+__all__ = ["DIRECT_RBF_MAX_FEATURES", "add_rbf_sums", "add_rbf_sums_from_points",
+           "add_poly_sums", "compile_loops"]
 
 
 def add_rbf_sums(G: np.ndarray, sa: np.ndarray, sb: np.ndarray, gamma: float,
@@ -17,6 +23,13 @@ def add_rbf_sums(G: np.ndarray, sa: np.ndarray, sb: np.ndarray, gamma: float,
     squared norms of the rows and of the support vectors (``coef`` ``(m, k)``, ``out``
     ``(n, k)``)."""
     _nk.rbf_combination(G, sa, sb, gamma, coef, out)
+
+
+def add_rbf_sums_from_points(Z: np.ndarray, svT: np.ndarray, gamma: float,
+                             coef: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] += sum_j exp(-gamma ||z_i - sv_j||^2) coef[j]`` from the rows ``Z`` and the
+    support vectors transposed (``svT``, ``(d, m)`` C-contiguous, ``d >= 1``)."""
+    _nk.rbf_direct_combination(Z, svT, gamma, coef, out)
 
 
 def add_poly_sums(G: np.ndarray, gamma: float, coef0: float, degree: int,

@@ -33,6 +33,9 @@ KERNEL_NAMES = ("linear", "rbf", "poly")
 # 3.4e38), and decision values and Newton steps sum many of them.
 MAX_KERNEL_VALUE = 1e30
 _BLOCK_ELEMS = 1 << 22  # ~32 MB of float64 per output block
+# dense RBF kernel values of rows with at most this many features are made from the points
+# (no inner products): faster up to about 14 features where measured (docs/design-notes.md)
+DIRECT_RBF_MAX_FEATURES = 12
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,12 @@ def _inner_product_blocks(A, B, step: int, sym: bool = False):
         yield s, e, c0, G
 
 
+def _direct_rbf(kernel: Kernel, A, B) -> bool:
+    """Whether RBF values of these rows are made from the points (dense, few features)."""
+    return kernel.name == "rbf" and 1 <= A.shape[1] <= DIRECT_RBF_MAX_FEATURES \
+        and not sp.issparse(A) and not sp.issparse(B)
+
+
 def _finish_into(kernel: Kernel, G: np.ndarray, sa: np.ndarray | None,
                  sb: np.ndarray | None, out: np.ndarray) -> None:
     """Turn the inner-product block ``G`` into kernel values written to ``out`` (one fused
@@ -158,6 +167,8 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
     ``out`` (shape ``(len(A), len(B))``, C-contiguous rows) may be given to fill an existing
     buffer, e.g. a float32 cache.  For dense ``A`` and no ``B`` every block is computed
     (faster than mirroring): ``K[i, j]`` and ``K[j, i]`` may then differ in the last bit.
+    Dense RBF rows of at most ``DIRECT_RBF_MAX_FEATURES`` features skip the inner products
+    (:func:`solver.core._numba_kernels.rbf_direct`).
     """
     kernel.validate()
     A = _check(A)
@@ -173,6 +184,12 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
     elif out.shape != (nA, nB):
         raise ValueError(f"out has shape {out.shape}, expected {(nA, nB)}")
     if nA == 0 or nB == 0:
+        return out
+    if _direct_rbf(kernel, A, B):
+        from solver.core import _numba_kernels as nk
+
+        nk.rbf_direct(np.ascontiguousarray(A), np.ascontiguousarray(B.T), float(kernel.gamma),
+                      out)
         return out
     sa = row_sq_norms(A) if kernel.name == "rbf" else None
     sb = (sa if sym else row_sq_norms(B)) if kernel.name == "rbf" else None
@@ -194,7 +211,8 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
     """``K(A, B) @ coef`` for ``coef`` of shape ``(len(B),)`` or ``(len(B), k)``: decision
     values without storing the kernel.  Row blocks of ``A`` (``block_elems`` inner products
     at a time, in one reused buffer for dense input) are turned into kernel values and summed
-    against ``coef`` in one compiled pass; the linear kernel is ``A @ (B' coef)``."""
+    against ``coef`` in one compiled pass; the linear kernel is ``A @ (B' coef)``; dense RBF
+    rows of few features skip the inner products (as in :func:`kernel_matrix`)."""
     kernel.validate()
     A, B = _check(A), _check(B)
     if A.shape[1] != B.shape[1]:
@@ -207,6 +225,11 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
     if nA and nB:
         if kernel.name == "linear":
             out[...] = np.asarray(A @ np.asarray(B.T @ C)).reshape(nA, -1)
+        elif _direct_rbf(kernel, A, B):
+            from solver.core import _numba_kernels as nk
+
+            nk.rbf_direct_combination(np.ascontiguousarray(A), np.ascontiguousarray(B.T),
+                                      float(kernel.gamma), C, out)
         else:
             from solver.core import _numba_kernels as nk
 

@@ -120,7 +120,7 @@ def test_large_buffers_fall_back_to_populated_small_pages(monkeypatch):
 
     got = buffers._huge_pages(48 << 20)
     assert got is None or (isinstance(got, mmap.mmap) and len(got) == 48 << 20)
-    monkeypatch.setattr(buffers, "_huge_pages", lambda nbytes: None)
+    monkeypatch.setattr(buffers, "_huge_pages", lambda nbytes, populate=None: None)
     a = buffers.empty((3072, 4096), np.float32)
     assert isinstance(memoryview(a.base.base).obj, mmap.mmap)  # its own mapping
     assert a.flags.writeable and a.flags.c_contiguous
@@ -145,3 +145,76 @@ def test_kernel_combination_equals_the_matrix_product(name: str, sparse: bool) -
         got = kernel_combination(kernel, a, b, coef, block_elems=40 * 16)  # 16-row blocks
         assert got.shape == (70,) + coef.shape[1:]
         np.testing.assert_allclose(got, K @ coef, rtol=1e-12, atol=1e-12)
+
+
+def test_exp_of_the_rbf_pass_is_within_1e_13_of_libm_and_zero_below_its_range() -> None:
+    # the compiled exp (Cody-Waite reduction, polynomial, exponent bits) over the whole range
+    # an RBF value can take: K = exp(-gamma d) with G = sa = 0 and sb = d
+    from solver.core import _numba_kernels as nk
+
+    x = np.concatenate([-np.linspace(0.0, 708.0, 400_001), -np.geomspace(1e-300, 1.0, 1001),
+                        [0.0, -0.0, -1e-12, -707.999999]])
+    out = np.empty((1, x.size))
+    nk.rbf_finish(np.zeros((1, x.size)), np.zeros(1), -x, 1.0, out)
+    want = np.exp(x)
+    assert np.max(np.abs(out[0] - want) / want) < 1e-13
+    assert np.all(out[0][x == 0.0] == 1.0)
+    below = np.array([-708.001, -745.2, -1e6, -1e300])
+    nk.rbf_finish(np.zeros((1, 4)), np.zeros(1), -below, 1.0, out[:, :4])
+    assert out[0, :4].tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 7, 12])
+def test_rbf_of_few_features_comes_from_the_points_exactly_symmetric(d: int) -> None:
+    # rows of at most DIRECT_RBF_MAX_FEATURES features: kernel values from the differences,
+    # so far from the origin (where ||a||^2 + ||b||^2 - 2 a.b cancels) they stay exact to
+    # rounding, K(A, A) is symmetric to the bit, and the combination matches the matrix
+    from solver.core.kernels import DIRECT_RBF_MAX_FEATURES, kernel_combination
+
+    assert d <= DIRECT_RBF_MAX_FEATURES
+    rng = np.random.default_rng(d)
+    A = 1e4 + rng.random((61, d))
+    B = 1e4 + rng.random((37, d))
+    kernel = Kernel("rbf", gamma=0.9)
+    want = np.exp(-0.9 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(kernel_matrix(kernel, A, B), want, rtol=1e-13, atol=0)
+    K = kernel_matrix(kernel, A)
+    assert np.array_equal(K, K.T) and np.all(np.diag(K) == 1.0)
+    f32 = kernel_matrix(kernel, A, B, dtype=np.float32)
+    np.testing.assert_allclose(f32, want, rtol=1e-6, atol=1e-7)
+    for coef in (rng.normal(size=37), rng.normal(size=(37, 3))):
+        np.testing.assert_allclose(kernel_combination(kernel, A, B, coef), want @ coef,
+                                   rtol=1e-12, atol=1e-12)
+    # the inner-product path gets these wrong: its cancellation is what the direct one avoids
+    wide = np.hstack([A, np.zeros((61, 13 - d))])
+    far = kernel_matrix(kernel, wide, np.hstack([B, np.zeros((37, 13 - d))]))
+    assert np.max(np.abs(far - want)) > 1e-9
+
+
+def test_reused_mappings_never_hold_a_live_array(monkeypatch) -> None:
+    # inside buffers.reuse() a large array's mapping goes to the next request of about its
+    # size once the array and every view of it are gone, never while one is alive; the kept
+    # mappings end with the block
+    from solver.core import buffers
+
+    n = 40 << 20  # bytes, over the 32 MB floor
+    with buffers.reuse():
+        a = buffers.empty(n // 8)
+        a[...] = 1.0
+        view = a[5:]
+        address = a.ctypes.data
+        del a
+        b = buffers.empty(n // 8)  # the view keeps the first mapping busy
+        assert b.ctypes.data != address and not np.shares_memory(b, view)
+        b[...] = 2.0
+        assert np.all(view == 1.0)
+        del view
+        c = buffers.empty((n + (1 << 20)) // 4, np.float32)  # a little larger: headroom
+        assert c.ctypes.data == address and c.flags.writeable and c.flags.c_contiguous
+        c[...] = 3.0
+        assert np.all(b == 2.0)
+        del c
+        small = buffers.empty(n // 8 // 3)  # under half the mapping: a mapping of its own
+        assert small.ctypes.data != address
+        del b, small
+    assert buffers._ARENA.get() is None

@@ -6,7 +6,8 @@ and, for a linear kernel, the primal weights ``Z' coef``. ``decision`` then scal
 (the model's own scaler), forms the inner products of a block of rows with every support
 vector in one BLAS product into a buffer kept per thread, and turns them into kernel values
 summed against the coefficients in one compiled pass (``solver.core._numba_kernels``), never
-storing the kernel matrix. The rows are validated before they get here
+storing the kernel matrix; RBF rows of a few features skip the inner products
+(``solver.kernel_sums.add_rbf_sums_from_points``). The rows are validated before they get here
 (``app.services.inference.instances``).
 
 Sparse rows or sparse support vectors go through the estimator's own
@@ -39,6 +40,8 @@ class ServingModel:
     """A fitted estimator prepared for repeated prediction."""
 
     def __init__(self, est: Any) -> None:
+        from solver import kernel_sums
+
         self.est = est
         self.classes = np.asarray(est.classes_)
         self.n_features = int(est.n_features_in_)
@@ -46,6 +49,7 @@ class ServingModel:
         svz = getattr(est, "_svz", None)
         self.w: np.ndarray | None = None
         self.sv: np.ndarray | None = None
+        self.svT: np.ndarray | None = None
         if getattr(est, "w_", None) is not None:
             self.w = np.ascontiguousarray(np.asarray(est.w_, dtype=np.float64).T)
         elif svz is not None and not sp.issparse(svz):
@@ -56,6 +60,9 @@ class ServingModel:
             else:
                 self.sv, self.coef = sv, coef
                 self.sb = np.einsum("ij,ij->i", sv, sv)
+                # few features: kernel values straight from the points (solver.kernel_sums)
+                self.svT = np.ascontiguousarray(sv.T) if self.kernel == "rbf" and \
+                    1 <= sv.shape[1] <= kernel_sums.DIRECT_RBF_MAX_FEATURES else None
                 self.gamma = float(est.gamma_)
                 self.degree = int(est.degree)
                 self.coef0 = float(est.coef0)
@@ -72,12 +79,15 @@ class ServingModel:
         return self._kernel_sum(Z)
 
     def _kernel_sum(self, Z: np.ndarray) -> np.ndarray:
-        from solver import kernel_sums
-
         sv, coef = self.sv, self.coef
         n, m = Z.shape[0], sv.shape[0]
         out = np.zeros((n, coef.shape[1]))
         if m == 0:
+            return out
+        from solver import kernel_sums
+
+        if self.svT is not None:
+            kernel_sums.add_rbf_sums_from_points(Z, self.svT, self.gamma, coef, out)
             return out
         sa = np.einsum("ij,ij->i", Z, Z)
         step = max(1, BLOCK_ELEMS // m)
