@@ -206,12 +206,13 @@ _EXP_BITS_SHIFT = 4503599627370496.0 + 1023.0  # 2^52 + the exponent bias
 
 
 @njit(cache=True, fastmath=True, inline="always")
-def _exp_neg(x):
+def _exp_neg(x, single=False):
     """exp(x) for x <= 0 (0 below -708), branch-free so that a loop of it vectorises where
-    libm's exp does not: Cody-Waite reduction ``x = k ln2 + r``, ``|r| <= ln2/2``, the
-    degree-11 Taylor polynomial of exp(r) in Estrin's scheme (a short dependency chain), and
-    ``2^k`` from the bits of ``k + 1023 + 2^52`` shifted into the exponent field (no
-    float-to-int conversion, which AVX2 lacks). Relative error ~1e-14."""
+    libm's exp does not: Cody-Waite reduction ``x = k ln2 + r``, ``|r| <= ln2/2``, the Taylor
+    polynomial of exp(r) in Estrin's scheme (a short dependency chain), and ``2^k`` from the
+    bits of ``k + 1023 + 2^52`` shifted into the exponent field (no float-to-int conversion,
+    which AVX2 lacks). Degree 11: relative error ~1e-14; ``single`` (a value stored as
+    float32): degree 7, 5e-9, under float32's rounding."""
     under = x < -708.0
     x = max(x, -708.0)
     kf = np.floor(x * _LOG2E + 0.5)  # a float: math.floor is an int in numba
@@ -220,8 +221,11 @@ def _exp_neg(x):
     r4 = r2 * r2
     b0 = (1.0 + r) + (1.0 / 2 + r * (1.0 / 6)) * r2
     b1 = (1.0 / 24 + r * (1.0 / 120)) + (1.0 / 720 + r * (1.0 / 5040)) * r2
-    b2 = (1.0 / 40320 + r * (1.0 / 362880)) + (1.0 / 3628800 + r * (1.0 / 39916800)) * r2
-    p = b0 + (b1 + b2 * r4) * r4
+    if single:
+        p = b0 + b1 * r4
+    else:
+        b2 = (1.0 / 40320 + r * (1.0 / 362880)) + (1.0 / 3628800 + r * (1.0 / 39916800)) * r2
+        p = b0 + (b1 + b2 * r4) * r4
     # k + 1023 in [2, 1023] sits in the low mantissa bits of this double, exactly
     biased = np.float64(kf + _EXP_BITS_SHIFT)
     e = p * np.int64(biased.view(np.int64) << 52).view(np.float64)
@@ -229,9 +233,9 @@ def _exp_neg(x):
 
 
 @njit(cache=True, fastmath=True, inline="always")
-def _rbf(g, sa, sb, gamma):
+def _rbf(g, sa, sb, gamma, single=False):
     """``exp(-gamma * max(0, sa + sb - 2 g))`` from an inner product and two squared norms."""
-    return _exp_neg(gamma * min(2.0 * g - sa - sb, 0.0))
+    return _exp_neg(gamma * min(2.0 * g - sa - sb, 0.0), single)
 
 
 @njit(cache=True, fastmath=True, inline="always")
@@ -246,14 +250,16 @@ def _poly(g, gamma, coef0, degree):
 
 @njit(cache=True, fastmath=True)
 def rbf_finish(G, sa, sb, gamma, out):
-    """``out = exp(-gamma * max(0, sa_i + sb_j - 2 G_ij))`` in one pass (any out dtype)."""
+    """``out = exp(-gamma * max(0, sa_i + sb_j - 2 G_ij))`` in one pass (any out dtype; a
+    float32 ``out`` gets the shorter polynomial of :func:`_exp_neg`)."""
     n, m = G.shape
+    single = out.itemsize == 4  # a float32 matrix: the shorter polynomial
     for i in range(n):
         g = G[i]
         o = out[i]
         s = sa[i]
         for j in range(m):
-            o[j] = _rbf(g[j], s, sb[j], gamma)
+            o[j] = _rbf(g[j], s, sb[j], gamma, single)
 
 
 @njit(cache=True, fastmath=True, inline="always")
@@ -293,12 +299,12 @@ def _sq_dist_rows(a, BT, acc, zero):
 
 
 @njit(cache=True, fastmath=True, inline="always")
-def _rbf_from_head(acc, ap, bp, al, bl, j, gamma):
+def _rbf_from_head(acc, ap, bp, al, bl, j, gamma, single=False):
     """``exp(-gamma ||a - B_j||^2)`` from the head's distance ``acc[j]`` and the tail's rows
     (:func:`_sq_dist_rows`)."""
     t0 = ap - bp[j]
     t1 = al - bl[j]
-    return _exp_neg(-gamma * (acc[j] + (t0 * t0 + t1 * t1)))
+    return _exp_neg(-gamma * (acc[j] + (t0 * t0 + t1 * t1)), single)
 
 
 @njit(cache=True, fastmath=True, nogil=True)
@@ -307,15 +313,16 @@ def rbf_direct(A, BT, gamma, out):
     transposed, C-contiguous, at least one feature): a row of squared distances built two
     features per pass, the last one or two folded into the exp pass. For a few features this
     is cheaper than the inner products plus :func:`rbf_finish`, it has no cancellation, and
-    ``K[i, j]`` and ``K[j, i]`` are equal to the bit."""
+    ``K[i, j]`` and ``K[j, i]`` are equal to the bit (float32 ``out``: as in rbf_finish)."""
     m = BT.shape[1]
     acc = np.zeros(m)
     zero = np.zeros(m)
+    single = out.itemsize == 4  # a float32 matrix: the shorter polynomial
     for i in range(A.shape[0]):
         ap, bp, al, bl = _sq_dist_rows(A[i], BT, acc, zero)
         o = out[i]
         for j in range(m):
-            o[j] = _rbf_from_head(acc, ap, bp, al, bl, j, gamma)
+            o[j] = _rbf_from_head(acc, ap, bp, al, bl, j, gamma, single)
 
 
 @njit(cache=True, fastmath=True, nogil=True)

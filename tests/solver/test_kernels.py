@@ -159,6 +159,10 @@ def test_exp_of_the_rbf_pass_is_within_1e_13_of_libm_and_zero_below_its_range() 
     want = np.exp(x)
     assert np.max(np.abs(out[0] - want) / want) < 1e-13
     assert np.all(out[0][x == 0.0] == 1.0)
+    single = np.empty((1, x.size), dtype=np.float32)  # the shorter polynomial: within float32
+    nk.rbf_finish(np.zeros((1, x.size)), np.zeros(1), -x, 1.0, single)
+    tiny = want < 1e-37  # float32 subnormals
+    assert np.max(np.abs(single[0] - want)[~tiny] / want[~tiny]) < 1.2e-7
     below = np.array([-708.001, -745.2, -1e6, -1e300])
     nk.rbf_finish(np.zeros((1, 4)), np.zeros(1), -below, 1.0, out[:, :4])
     assert out[0, :4].tolist() == [0.0] * 4
