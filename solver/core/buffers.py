@@ -3,12 +3,10 @@
 A fresh numpy array is backed by pages the OS maps on first touch, one fault per 4 KB page.
 On virtual machines that fault cost can dominate building a kernel matrix (measured in
 ``docs/design-notes.md``; the kernel code reuses one buffer for its inner products for the
-same reason).  An anonymous ``mmap`` asks for transparent huge pages (``MADV_HUGEPAGE``: 2 MB
-pages, 512 times fewer to map, and fewer TLB misses when the solver walks the array) and maps
-them in one call (``MADV_POPULATE_WRITE``, Linux 5.14); where either is refused it is mapped
-with ``MAP_POPULATE`` (4 KB pages, in one system call).  Where ``MAP_POPULATE`` does not
-exist (not Linux), or for arrays under ``_MIN_BYTES``, this is ``np.empty``.  The mapping is
-released when the array is garbage-collected.
+same reason).  An anonymous ``mmap`` is mapped in one call instead (``MADV_POPULATE_WRITE``,
+Linux 5.14, else ``MAP_POPULATE``).  Where neither exists (not Linux), or for arrays under
+``_MIN_BYTES``, this is ``np.empty``.  The mapping is released when the array is
+garbage-collected.  (Why not transparent huge pages: ``docs/design-notes.md``.)
 
 Inside :func:`reuse` (a fit's sequential partition solves), a mapping whose arrays have all
 been garbage-collected is kept and handed to the next request of about its size, so a level
@@ -38,7 +36,6 @@ REUSE_MIN_SHARE = 0.5
 # a mapping made inside reuse() reserves this much more address space than asked (mapped
 # only when a later, larger request uses it), so slightly larger partitions still fit
 REUSE_HEADROOM = 1 / 8
-_HUGE_PAGE = 2 << 20
 
 
 def empty(shape: int | tuple[int, ...], dtype=np.float64) -> np.ndarray:
@@ -70,9 +67,9 @@ class _Mapping:
     """One anonymous mapping of ``size`` bytes, its first ``populated`` bytes mapped."""
 
     def __init__(self, nbytes: int) -> None:
-        self.size = -(-int(nbytes * (1 + REUSE_HEADROOM)) // _HUGE_PAGE) * _HUGE_PAGE
-        self.buf = _huge_pages(self.size, populate=nbytes)
-        if self.buf is None:  # no THP: exactly the request, mapped in one call
+        self.size = -(-int(nbytes * (1 + REUSE_HEADROOM)) // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.buf = _populated(self.size, nbytes)
+        if self.buf is None:  # no MADV_POPULATE_WRITE: exactly the request, MAP_POPULATE
             self.buf, self.size = _mapped(nbytes), nbytes
         self.populated = nbytes
 
@@ -115,22 +112,16 @@ def _populate_write() -> int:
 
 
 def _mapped(nbytes: int) -> mmap.mmap:
-    """``nbytes`` of anonymous memory, mapped: on huge pages where allowed, else 4 KB ones."""
-    return _huge_pages(nbytes) or mmap.mmap(
+    """``nbytes`` of anonymous memory, every page mapped."""
+    return _populated(nbytes) or mmap.mmap(
         -1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
 
 
-def _huge_pages(nbytes: int, populate: int | None = None) -> mmap.mmap | None:
-    """An anonymous mapping of ``nbytes`` asking for transparent huge pages, its first
-    ``populate`` bytes (default: all) mapped; None where the kernel refuses either call (no
-    THP support, or older than ``MADV_POPULATE_WRITE``). With THP ``never`` the hint is
-    accepted and the pages are 4 KB ones."""
-    huge = getattr(mmap, "MADV_HUGEPAGE", None)
-    if huge is None:
-        return None
+def _populated(nbytes: int, populate: int | None = None) -> mmap.mmap | None:
+    """An anonymous mapping of ``nbytes``, its first ``populate`` bytes (default: all)
+    mapped by ``MADV_POPULATE_WRITE``; None where the kernel refuses it (before 5.14)."""
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
-        buf.madvise(huge)
         buf.madvise(_populate_write(), 0, nbytes if populate is None else populate)
     except OSError:
         buf.close()

@@ -111,21 +111,25 @@ def test_work_buffers_are_writable_c_arrays_of_the_requested_shape(shape):
     assert (a.base is not None) == big  # the large one lives in its own mapping
 
 
-def test_large_buffers_fall_back_to_populated_small_pages(monkeypatch):
-    # huge pages where the system grants them (a mapping of the exact size), else None;
-    # without them the array is a MAP_POPULATE mapping, the same array to its user
+def test_large_buffers_fall_back_to_map_populate(monkeypatch):
+    # MADV_POPULATE_WRITE where the kernel has it (a mapping of the exact size), else None;
+    # without it the array is a MAP_POPULATE mapping, the same array to its user
     import mmap
 
     from solver.core import buffers
 
-    got = buffers._huge_pages(48 << 20)
+    got = buffers._populated(48 << 20)
     assert got is None or (isinstance(got, mmap.mmap) and len(got) == 48 << 20)
-    monkeypatch.setattr(buffers, "_huge_pages", lambda nbytes, populate=None: None)
+    monkeypatch.setattr(buffers, "_populated", lambda nbytes, populate=None: None)
     a = buffers.empty((3072, 4096), np.float32)
     assert isinstance(memoryview(a.base.base).obj, mmap.mmap)  # its own mapping
     assert a.flags.writeable and a.flags.c_contiguous
     a[...] = 2.0
     assert float(a.sum(dtype=np.float64)) == 2.0 * a.size
+    with buffers.reuse():  # the same inside a reuse block
+        b = buffers.empty((3072, 4096), np.float32)
+        b[...] = 3.0
+        assert float(b[-1, -1]) == 3.0 and isinstance(memoryview(b.base.base).obj, mmap.mmap)
 
 
 @pytest.mark.parametrize("name", ["linear", "rbf", "poly"])
