@@ -95,8 +95,9 @@ class _Arena:
             self.free.remove(mapping)
             mapping.grow_to(nbytes)
         else:
-            # the free mappings of this request's size class are too small: let them go
-            self.free[:] = [m for m in self.free if m.size < REUSE_MIN_SHARE * nbytes]
+            # free mappings too small for this request let go (a larger level follows);
+            # larger ones stay for the next request of their size
+            self.free[:] = [m for m in self.free if m.size >= nbytes]
             mapping = _Mapping(nbytes)
         out = np.frombuffer(mapping.buf, dtype=dtype, count=count)
         # every view of ``out`` keeps it alive, so this runs once none is left

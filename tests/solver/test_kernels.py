@@ -224,5 +224,8 @@ def test_reused_mappings_never_hold_a_live_array(monkeypatch) -> None:
         del c
         small = buffers.empty(n // 8 // 3)  # under half the mapping: a mapping of its own
         assert small.ctypes.data != address
-        del b, small
+        del small
+        again = buffers.empty(n // 8)  # the small request left the larger free one kept
+        assert again.ctypes.data == address
+        del b, again
     assert buffers._ARENA.get() is None
