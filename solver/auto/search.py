@@ -21,7 +21,10 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    scored on the first rung's rows (stage "theta") before the refinement.
 3. **Local refinement** on the last rung's rows: a pattern search around the best point,
    steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
-   steps, while the budget lasts.
+   steps, while the budget lasts. Only where the budget is at its floor (small searches;
+   ``refine_large`` turns it on for all): on larger data its moves were within the
+   folds' standard error and cost up to three quarters of the search (issue 34,
+   docs/auto-params.md). The rungs keep its reserve either way.
 
 **Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
 each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
@@ -39,8 +42,9 @@ same choice, fewer kernel evaluations.
 **Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
 above its floor, a kernel candidate's predicted cost is multiplied by ``1 + slope (log10 lam
 - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of rows
-alone does not see), so the budget buys fewer of the slowest fits. ``cv_tol`` and
-``refine_min_gain`` are levers measured beside these, off by default.
+alone does not see), so the budget buys fewer of the slowest fits. ``cv_tol``,
+``refine_min_gain`` and ``select_se`` (the cheapest candidate within that many standard
+errors of the best, :meth:`_Search.pick`) are levers measured beside these, off by default.
 
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
@@ -165,6 +169,8 @@ class SearchSettings:
     refine_min_gain: float = 0.0
     lam_cost_slope: float = 0.5
     share_kernels: bool = True
+    select_se: float = 0.0
+    refine_large: bool = False
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -403,6 +409,25 @@ class _Search:
             vals["tol"] = float(self.s.cv_tol)
         return vals
 
+    def pick(self, rows: int) -> _Score:
+        """The choice among the candidates scored on ``rows`` rows: the most preferred, or
+        with ``select_se > 0`` the one the cost model predicts cheapest (:meth:`candidate_seconds`,
+        then :meth:`preference`) among those whose accuracy is within ``select_se`` standard
+        errors of the best's (a cost-aware one-standard-error rule, after Hastie, Tibshirani
+        & Friedman, ESL 7.10; the binomial error of the best's accuracy on ``rows``
+        validation predictions). Where the predictions do not depend on lam (the budget at
+        its floor, lam up to 10^3) that is the most preferred."""
+        scored = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
+                        key=self.preference)
+        best = scored[0]
+        if self.s.select_se <= 0:
+            return best
+        acc = best.mean_accuracy
+        floor = acc - self.s.select_se * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
+        return min((sc for sc in scored if sc.mean_accuracy >= floor),
+                   key=lambda sc: (self.candidate_seconds(sc.point, rows),
+                                   self.preference(sc)))
+
     @staticmethod
     def preference(sc: _Score) -> tuple:
         """Sort key: best accuracy, then smaller lam, smaller gamma, theta nearer 0.5."""
@@ -539,9 +564,8 @@ class _Search:
                 self.rung(rungs, "theta", rows, todo)
                 ranked = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
                                 key=self.preference)
-        best = ranked[0]
-        rows = best.rows
-        best, refine_stop = self._refine(best, rows)
+        rows = ranked[0].rows
+        best, refine_stop = self._refine(self.pick(rows), rows)
         if refine_stop == "budget":
             stop = "budget"
         return best, rungs, stop
@@ -592,6 +616,8 @@ class _Search:
             gain >= 0 and sc.point.log_lam < best.point.log_lam)
 
     def _refine(self, best: _Score, rows: int) -> tuple[_Score, str]:
+        if not self.s.refine_large and self.budget > self.s.budget_floor_seconds:
+            return best, "no refinement above the budget's floor"
         step, tstep = self.s.log_step, self.s.theta_step
         for _ in range(self.s.refine_rounds):
             improved = True
@@ -604,7 +630,13 @@ class _Search:
                         return best, "budget"
                     sc = self.score(q, rows, "refine")
                     self._report(f"auto search: refining on {rows} rows")
-                    if self.moves(sc, best):
+                    if self.s.select_se > 0:
+                        sc = self.pick(rows)  # the rule's choice over every score so far
+                        if sc is not best:
+                            best = sc
+                            improved = True
+                            break
+                    elif self.moves(sc, best):
                         best = sc
                         improved = True
                         break

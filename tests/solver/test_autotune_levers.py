@@ -155,3 +155,61 @@ def test_share_kernels_gives_the_same_table_from_fewer_matrices():
     memo.matrix("c", (4, 3), np.float64, lambda: np.zeros((4, 3)))  # "a" is dropped
     assert memo.matrix("a", (4, 3), np.float64, lambda: np.ones((4, 3)))[0, 0] == 1.0
     assert memo.nbytes <= 200
+
+
+def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
+    """``select_se``: the choice is the candidate the cost model predicts cheapest (large
+    lam weighted up, ``lam_cost_slope``) among those whose CV accuracy on the last rung's
+    rows is within ``select_se`` binomial standard errors of the best there, the most
+    accurate of those on a tie; 0 keeps the most accurate. With the budget at its floor the
+    predictions do not depend on lam and the rule keeps the most accurate too."""
+    s = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=1,
+                       refine_large=True)
+    lam_only = {"auto": ("lam",), "fixed": {"gamma": 10.0, "theta": 0.2}}
+    plain = run(s, **lam_only)
+    ruled = run(SearchSettings(**{**s.__dict__, "select_se": 3.0}), **lam_only)
+
+    def last(res):
+        return [r for r in res.table if r["rows"] == res.rows]
+
+    def chosen(res):
+        return next(r for r in last(res) if (r["lam"], r["gamma"]) == (res.lam, res.gamma))
+
+    def weight(r):
+        return 1.0 + 0.5 * max(0.0, np.log10(r["lam"]) - 3.0)
+
+    assert chosen(plain)["mean_accuracy"] == max(r["mean_accuracy"] for r in last(plain))
+    top = max(r["mean_accuracy"] for r in last(ruled))
+    floor = top - 3.0 * np.sqrt(top * (1 - top) / ruled.rows)
+    within = [r for r in last(ruled) if r["mean_accuracy"] >= floor - 1e-12]
+    cheapest = min(weight(r) for r in within)
+    assert weight(chosen(ruled)) == cheapest
+    assert chosen(ruled)["mean_accuracy"] == max(
+        r["mean_accuracy"] for r in within if weight(r) == cheapest)
+    # on this board the rule gives up accuracy for a smaller lam (this can fail)
+    assert ruled.lam < plain.lam
+    assert chosen(ruled)["mean_accuracy"] < chosen(plain)["mean_accuracy"]
+    again = run(SearchSettings(**{**s.__dict__, "select_se": 3.0}), **lam_only)
+    assert again.lam == ruled.lam
+    at_floor = run(SearchSettings(budget_floor_seconds=1e6, refine_rounds=1, select_se=3.0),
+                   **lam_only)
+    assert chosen(at_floor)["mean_accuracy"] == max(
+        r["mean_accuracy"] for r in last(at_floor))
+
+
+def test_refinement_only_where_the_budget_is_at_its_floor():
+    """By default (``refine_large=False``) a search whose budget is above its floor scores
+    no refinement: the choice is the best of its last rung, with the same rungs (the
+    refinement's reserve kept) as with ``refine_large``; at the floor it refines."""
+    large = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6)
+    plain = run(large)
+    refined = run(SearchSettings(**{**large.__dict__, "refine_large": True}))
+    assert not any(r["stage"] == "refine" for r in plain.table)
+    assert any(r["stage"] == "refine" for r in refined.table)
+    assert plain.rungs == [{**r, "cpu_seconds": p["cpu_seconds"]}
+                           for r, p in zip(refined.rungs, plain.rungs, strict=True)]
+    last = [r for r in plain.table if r["rows"] == plain.rows]
+    best = max(last, key=lambda r: (r["mean_accuracy"], -r["lam"]))
+    assert (plain.lam, plain.gamma) == (best["lam"], best["gamma"])
+    small = run(SearchSettings(budget_floor_seconds=1e6))
+    assert any(r["stage"] == "refine" for r in small.table)
