@@ -21,10 +21,11 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    scored on the first rung's rows (stage "theta") before the refinement.
 3. **Local refinement** on the last rung's rows: a pattern search around the best point,
    steps of half a decade in ``lam`` and ``gamma`` and 0.15 in ``theta``, then half those
-   steps, while the budget lasts. Only where the budget is at its floor (small searches;
-   ``refine_large`` turns it on for all): on larger data its moves were within the
-   folds' standard error and cost up to three quarters of the search (issue 34,
-   docs/auto-params.md). The rungs keep its reserve either way.
+   steps, while the budget lasts, and spending at most the budget's floor
+   (``refine_capped``; 10 s predicted, so a search whose budget is its floor refines as
+   before): a larger budget buys rows, not refinement. On larger data the refinement's
+   moves were within the folds' standard error and it cost up to three quarters of the
+   search (issue 34, docs/auto-params.md). The rungs keep its reserve either way.
 
 **Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
 each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
@@ -170,7 +171,7 @@ class SearchSettings:
     lam_cost_slope: float = 0.5
     share_kernels: bool = True
     select_se: float = 0.0
-    refine_large: bool = False
+    refine_capped: bool = True
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -616,9 +617,10 @@ class _Search:
             gain >= 0 and sc.point.log_lam < best.point.log_lam)
 
     def _refine(self, best: _Score, rows: int) -> tuple[_Score, str]:
-        if not self.s.refine_large and self.budget > self.s.budget_floor_seconds:
-            return best, "no refinement above the budget's floor"
         step, tstep = self.s.log_step, self.s.theta_step
+        # refine_capped: the refinement spends at most the budget's floor
+        cap = self.predicted + (self.s.budget_floor_seconds if self.s.refine_capped
+                                else math.inf)
         for _ in range(self.s.refine_rounds):
             improved = True
             while improved:
@@ -626,7 +628,8 @@ class _Search:
                 for q in self._neighbours(best.point, step, tstep):
                     if (q, rows) in self.scores:
                         continue
-                    if self.candidate_seconds(q, rows) > self.left():
+                    cost = self.candidate_seconds(q, rows)
+                    if cost > self.left() or self.predicted + cost > cap:
                         return best, "budget"
                     sc = self.score(q, rows, "refine")
                     self._report(f"auto search: refining on {rows} rows")

@@ -164,7 +164,7 @@ def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
     accurate of those on a tie; 0 keeps the most accurate. With the budget at its floor the
     predictions do not depend on lam and the rule keeps the most accurate too."""
     s = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=1,
-                       refine_large=True)
+                       refine_capped=False)
     lam_only = {"auto": ("lam",), "fixed": {"gamma": 10.0, "theta": 0.2}}
     plain = run(s, **lam_only)
     ruled = run(SearchSettings(**{**s.__dict__, "select_se": 3.0}), **lam_only)
@@ -197,19 +197,31 @@ def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
         r["mean_accuracy"] for r in last(at_floor))
 
 
-def test_refinement_only_where_the_budget_is_at_its_floor():
-    """By default (``refine_large=False``) a search whose budget is above its floor scores
-    no refinement: the choice is the best of its last rung, with the same rungs (the
-    refinement's reserve kept) as with ``refine_large``; at the floor it refines."""
-    large = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6)
-    plain = run(large)
-    refined = run(SearchSettings(**{**large.__dict__, "refine_large": True}))
-    assert not any(r["stage"] == "refine" for r in plain.table)
-    assert any(r["stage"] == "refine" for r in refined.table)
-    assert plain.rungs == [{**r, "cpu_seconds": p["cpu_seconds"]}
-                           for r, p in zip(refined.rungs, plain.rungs, strict=True)]
-    last = [r for r in plain.table if r["rows"] == plain.rows]
-    best = max(last, key=lambda r: (r["mean_accuracy"], -r["lam"]))
-    assert (plain.lam, plain.gamma) == (best["lam"], best["gamma"])
-    small = run(SearchSettings(budget_floor_seconds=1e6))
-    assert any(r["stage"] == "refine" for r in small.table)
+def test_the_refinement_spends_at_most_the_budget_floor():
+    """By default (``refine_capped``) the refinement's predicted seconds stay within the
+    budget's floor, whatever the budget: the same rungs (the refinement's reserve kept) as
+    without the cap, fewer refinement steps where the budget is larger; a search whose
+    budget is its floor refines as before."""
+    large = SearchSettings(budget_floor_seconds=0.2, budget_factor=1e6, lam_cost_slope=0.0)
+    capped = run(large)
+    free = run(SearchSettings(**{**large.__dict__, "refine_capped": False}))
+
+    def refine_seconds(res):
+        rows = res.rows
+        before = sum(r["predicted_cpu_seconds"] for r in res.rungs)
+        assert all(r["rows"] == rows for r in res.table if r["stage"] == "refine")
+        return res.predicted_cpu_seconds - before
+
+    assert capped.rungs == [{**r, "cpu_seconds": c["cpu_seconds"]}
+                            for r, c in zip(free.rungs, capped.rungs, strict=True)]
+    n_capped = sum(r["stage"] == "refine" for r in capped.table)
+    n_free = sum(r["stage"] == "refine" for r in free.table)
+    assert 0 < n_capped < n_free
+    assert refine_seconds(capped) <= 0.2 < refine_seconds(free)
+    def table(res):
+        return [(r["lam"], r["gamma"], r["rows"], r["stage"], r["fold_accuracy"])
+                for r in res.table]
+
+    small = SearchSettings(budget_floor_seconds=1e6)
+    assert table(run(small)) == table(run(SearchSettings(**{**small.__dict__,
+                                                            "refine_capped": False})))
