@@ -41,9 +41,10 @@ fits' ``cache_size`` of matrices kept, least recently used dropped): the same va
 same choice, fewer kernel evaluations.
 
 **Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
-above its floor, a kernel candidate's predicted cost is multiplied by ``1 + slope (log10 lam
-- 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of rows
-alone does not see), so the budget buys fewer of the slowest fits. ``cv_tol``,
+above its floor, a kernel candidate's predicted cost is multiplied by ``1 + e slope (log10
+lam - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of
+rows alone does not see), so the budget buys fewer of the slowest fits; ``e`` = (budget -
+floor) / floor, at most 1, so the weight has no step at the floor. ``cv_tol``,
 ``refine_min_gain`` and ``select_se`` (the cheapest candidate within that many standard
 errors of the best, :meth:`_Search.pick`) are levers measured beside these, off by default.
 
@@ -513,13 +514,16 @@ class _Search:
     def candidate_seconds(self, p: _Point, rows: int) -> float:
         """Predicted CPU seconds of scoring candidate ``p`` on ``rows`` rows: the rows'
         :meth:`cv_seconds`, weighted up for large lam (``lam_cost_slope`` per decade over
-        10^3; kernels only) where the Newton step factors larger faces. Not where the
-        budget is its floor: a small search keeps the candidates it always had."""
+        10^3; kernels only) where the Newton step factors larger faces. The weight grows
+        with the budget's excess over its floor, in full from twice the floor: a small
+        search keeps the candidates it always had, and a budget just above the floor is
+        treated as the floor, not as a large search (no step at the floor)."""
         base = self.cv_seconds(rows)
-        if (self.s.lam_cost_slope <= 0 or self.cost is LINEAR_COST
-                or self.budget <= self.s.budget_floor_seconds):
+        floor = self.s.budget_floor_seconds
+        if self.s.lam_cost_slope <= 0 or self.cost is LINEAR_COST or self.budget <= floor:
             return base
-        return base * (1.0 + self.s.lam_cost_slope * max(0.0, p.log_lam - 3.0))
+        excess = min(1.0, (self.budget - floor) / floor) if floor > 0 else 1.0
+        return base * (1.0 + excess * self.s.lam_cost_slope * max(0.0, p.log_lam - 3.0))
 
     def left(self) -> float:
         return self.budget - self.predicted

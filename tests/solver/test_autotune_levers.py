@@ -106,8 +106,9 @@ def test_refine_min_gain_stops_at_the_plateau():
 
 
 def test_lam_cost_slope_weights_large_lam_predictions():
-    """(On by default at 0.5.) Above the budget's floor, the predicted cost of a candidate
-    at lam 10^6 is ``1 + 3 slope`` times its rows' cost (three decades over 10^3); below
+    """(On by default at 0.5.) With the budget at least twice its floor, the predicted cost
+    of a candidate at lam 10^6 is ``1 + 3 slope`` times its rows' cost (three decades over
+    10^3), in between the weight is scaled by the budget's excess over the floor; below
     10^3, or with the budget at its floor, it is the rows' cost."""
     base = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=0,
                           lam_cost_slope=0.0)
@@ -123,6 +124,15 @@ def test_lam_cost_slope_weights_large_lam_predictions():
                               "budget_factor": 0.0})
     at_floor = run(floor, auto=("theta",), fixed=fixed)
     assert np.isclose(at_floor.predicted_cpu_seconds, plain.predicted_cpu_seconds)
+    # just above the floor the weight is the budget's excess over it, a share of the floor:
+    # no step (a budget of 1.5x the floor gets half the weight, 2x and more all of it)
+    for ratio, share in ((1.5, 0.5), (2.0, 1.0), (4.0, 1.0)):
+        floor_s = plain.budget_cpu_seconds / ratio
+        part = run(SearchSettings(**{**slope.__dict__, "budget_floor_seconds": floor_s}),
+                   auto=("theta",), fixed=fixed)
+        assert np.isclose(part.budget_cpu_seconds, plain.budget_cpu_seconds)
+        assert np.isclose(part.predicted_cpu_seconds,
+                          (1.0 + 3.0 * share) * plain.predicted_cpu_seconds)
 
 
 def test_share_kernels_gives_the_same_table_from_fewer_matrices():
