@@ -27,6 +27,12 @@ def run(settings: SearchSettings, make=None, auto=("lam", "gamma"), fixed=None):
                   settings=settings)
 
 
+def cv_table(res) -> list[tuple]:
+    """A search's CV table without its timings: what two runs of one search share."""
+    return [(r["lam"], r["gamma"], r["rows"], r["stage"], r["fold_accuracy"])
+            for r in res.table]
+
+
 def test_the_rebuilt_dual_restarts_a_fit_at_its_optimum():
     """``_full_dual`` rebuilds the whole dual from the support vectors: a fit started from
     it (``_dual_start``) is already at the optimum, converges in one epoch and keeps the
@@ -146,10 +152,7 @@ def test_share_kernels_gives_the_same_table_from_fewer_matrices():
     alone = run(s)
     shared = run(SearchSettings(**{**s.__dict__, "share_kernels": True}))
 
-    def table(res):
-        return [(r["lam"], r["gamma"], r["rows"], r["fold_accuracy"]) for r in res.table]
-
-    assert table(shared) == table(alone)
+    assert cv_table(shared) == cv_table(alone)
     assert (shared.lam, shared.gamma) == (alone.lam, alone.gamma)
     assert alone.kernel_matrices == {}
     fits = 3 * len(shared.table)
@@ -228,10 +231,6 @@ def test_the_refinement_spends_at_most_the_budget_floor():
     n_free = sum(r["stage"] == "refine" for r in free.table)
     assert 0 < n_capped < n_free
     assert refine_seconds(capped) <= 0.2 < refine_seconds(free)
-    def table(res):
-        return [(r["lam"], r["gamma"], r["rows"], r["stage"], r["fold_accuracy"])
-                for r in res.table]
-
     small = SearchSettings(budget_floor_seconds=1e6)
-    assert table(run(small)) == table(run(SearchSettings(**{**small.__dict__,
-                                                            "refine_capped": False})))
+    assert cv_table(run(small)) == cv_table(run(SearchSettings(**{**small.__dict__,
+                                                                  "refine_capped": False})))
