@@ -68,16 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     print(f"# python -m bench.auto_lam_transfer {' '.join(argv or [])}".rstrip())
     print(f"# started {started}; accuracy on validation rows carved from the training split")
-    print("| dataset | fit rows | search rows | chosen lam | gamma | theta | "
+    print("| dataset | fit rows | search rows | search CPU s | chosen lam | gamma | theta | "
           + " | ".join(f"acc beta={b:g}" for b in betas) + " | "
           + " | ".join(f"fit CPU s beta={b:g}" for b in betas) + " |")
-    print("|" + "---|" * (6 + 2 * len(betas)), flush=True)
+    print("|" + "---|" * (7 + 2 * len(betas)), flush=True)
     rows = []
     for name in args.datasets:
         r = run_dataset(name, betas, args.seed)
         rows.append(r)
         c = r["chosen"]
-        print(f"| {name} | {r['n_fit']:,} | {r['search_rows']:,} | {c['lam']:.3g} | "
+        print(f"| {name} | {r['n_fit']:,} | {r['search_rows']:,} | {r['search_cpu_s']:.1f} | "
+              f"{c['lam']:.3g} | "
               f"{r['gamma_mult']:.3g}x | {c['theta']:.3g} | "
               + " | ".join(f"{f['accuracy']:.4f}" for f in r["fits"]) + " | "
               + " | ".join(f"{f['fit_cpu_s']:.1f}" for f in r["fits"]) + " |", flush=True)
