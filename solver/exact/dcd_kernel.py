@@ -20,6 +20,8 @@
   under a random cyclic order would give).  The Newton step's face factor comes on top:
   kernel values and factor together stay within ``1.25 * cache_size`` (at least a quarter
   of ``cache_size`` for the factor).
+* Rows identical in features and label are solved as one weighted row
+  (:mod:`solver.exact.duplicates`): the same optimum from fewer kernel values.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from solver.core.formulation import (
 from solver.core.inputs import as_generator, check_alpha0, check_dual_problem, check_X, check_y
 from solver.core.kernels import Kernel, kernel_decision, kernel_diag
 from solver.exact import newton_kernel
+from solver.exact.duplicates import row_groups
 from solver.exact.kernel_columns import ColumnStore
 from solver.exact.kernel_memo import MemoSlot
 from solver.exceptions import convergence_warning
@@ -69,6 +72,8 @@ class DualResult:
     converged: bool
     stopped: bool
     newton: newton_kernel.NewtonWork = field(default_factory=newton_kernel.NewtonWork)
+    # the rows the solve ran on: fewer than m when identical rows were merged
+    rows_solved: int = 0
 
 
 def kernel_kkt_violation(X, y, kernel: Kernel, params: ODMParams, alpha,
@@ -180,7 +185,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
                       should_stop: Callable[[], bool] | None = None,
                       kernel_dtype=None, newton: bool = True,
                       sample_weight: np.ndarray | None = None,
-                      kernel_memo: MemoSlot | None = None) -> DualResult:
+                      kernel_memo: MemoSlot | None = None,
+                      merge_duplicates: bool = True) -> DualResult:
     """Solve the kernel ODM dual exactly by dual coordinate descent (see module docstring).
 
     ``m_scale`` is the M of the ``(M c / 2)`` term (default ``len(y)``); ``cache_size`` is the
@@ -193,15 +199,39 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     loss (:mod:`solver.core.formulation`); ``m_scale`` then defaults to the weights' sum.
     ``kernel_memo``: a search's kept kernel matrices (:mod:`solver.exact.kernel_memo`): the
     same values, computed once for all solves of the same rows and kernel.
+    ``merge_duplicates``: rows identical in features and label are solved as one weighted
+    row and their duals shared out by weight (:mod:`solver.exact.duplicates`): the same
+    optimum, from fewer kernel values; ``rows_solved`` says how many rows the solve had.
     """
     X, y, alpha, m_scale, sw = _checked(X, y, kernel, params, alpha0, m_scale, tol,
                                         max_iter, cache_size, sample_weight)
+    groups = row_groups(X, y, sw) if merge_duplicates else None
+    if groups is None:
+        return _solve(X, y, kernel, params, alpha, m_scale, sw, tol=tol, max_iter=max_iter,
+                      cache_size=cache_size, shrinking=shrinking, random_state=random_state,
+                      should_stop=should_stop, kernel_dtype=kernel_dtype, newton=newton,
+                      kernel_memo=kernel_memo)
+    if kernel_memo is not None:
+        kernel_memo = MemoSlot(kernel_memo.memo, (kernel_memo.key, groups.digest()))
+    res = _solve(X[groups.first], y[groups.first], kernel, params, groups.merge(alpha),
+                 m_scale, groups.weight, tol=tol, max_iter=max_iter, cache_size=cache_size,
+                 shrinking=shrinking, random_state=random_state, should_stop=should_stop,
+                 kernel_dtype=kernel_dtype, newton=newton, kernel_memo=kernel_memo)
+    res.alpha = groups.expand(res.alpha)
+    return res
+
+
+def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: float,
+           sw: np.ndarray | None, *, tol: float, max_iter: int, cache_size: float,
+           shrinking: bool, random_state, should_stop: Callable[[], bool] | None,
+           kernel_dtype, newton: bool, kernel_memo: MemoSlot | None) -> DualResult:
+    """:func:`solve_kernel_dual` on checked rows, updating ``alpha`` in place."""
     m = X.shape[0]
     rng = as_generator(random_state)
     dz, db = diag_vectors(params, m_scale, m, sw)
     theta = float(params.theta)
     if m == 0:
-        return DualResult(alpha, 0, 0.0, 0.0, True, False)
+        return DualResult(alpha, 0, 0.0, 0.0, True, False, rows_solved=0)
 
     store = ColumnStore(X, kernel, float(cache_size) * _MB, kernel_dtype, memo=kernel_memo)
     kdiag = kernel_diag(kernel, X)
@@ -218,10 +248,11 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
         warnings.warn(
             f"kernel ODM dual coordinate descent did not converge in {max_iter} epochs "
             f"(KKT violation {kkt:.3g} > tol {tol:g})",
-            convergence_warning(), stacklevel=2)
+            convergence_warning(), stacklevel=3)
     obj = dual_objective(y * f, alpha, params, m_scale, sw)
     return DualResult(alpha, n_iter, kkt, obj, converged, stopped,
-                      schedule.work() if schedule is not None else newton_kernel.NewtonWork())
+                      schedule.work() if schedule is not None else newton_kernel.NewtonWork(),
+                      rows_solved=m)
 
 
 def _sweep(store: ColumnStore, rng, active, chunk: int, poll: _StopPoll, kdiag, y, alpha, f,

@@ -80,8 +80,10 @@ def test_kernel_dual_weights_equal_repeats(newton):
     params, kernel = ODMParams(lam=100.0, theta=0.2), Kernel("rbf", gamma=0.5)
     w = solve_kernel_dual(X, y, kernel, params, tol=1e-11, max_iter=20000, random_state=0,
                           newton=newton, sample_weight=c)
+    # the copies solved as copies (merged, they would be the weighted problem by construction)
     r = solve_kernel_dual(np.repeat(X, c, axis=0), np.repeat(y, c), kernel, params,
-                          tol=1e-11, max_iter=20000, random_state=0, newton=newton)
+                          tol=1e-11, max_iter=20000, random_state=0, newton=newton,
+                          merge_duplicates=False)
     owner = np.repeat(np.arange(len(y)), c)
     summed = np.zeros((len(y), 2))
     np.add.at(summed, owner, r.alpha)
