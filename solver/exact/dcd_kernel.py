@@ -135,7 +135,7 @@ def _checked(X, y, kernel: Kernel, params: ODMParams, alpha0, m_scale: float | N
 
 def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll: _StopPoll,
             schedule: newton_kernel.NewtonSchedule | None, tol: float, max_iter: int,
-            shrinking: bool) -> tuple[int, float, bool, bool]:
+            shrinking: bool, visits: np.ndarray | None = None) -> tuple[int, float, bool, bool]:
     """Coordinate-descent epochs with shrinking and the scheduled Newton attempts, updating
     ``alpha`` and ``f`` in place; ``(n_iter, kkt, converged, stopped)``."""
     m = store.m
@@ -150,7 +150,7 @@ def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll:
     for epoch in range(1, int(max_iter) + 1):
         n_iter = epoch
         stats, stopped = _sweep(store, rng, active, chunk, poll, kdiag, y, alpha, f, dz, db,
-                                theta, shrink_thr, shrinking)
+                                theta, shrink_thr, shrinking, visits)
         if stopped:
             break
         nk.pair_violations(f, y, alpha, dz, db, theta, viol)
@@ -216,7 +216,8 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
     res = _solve(X[groups.first], y[groups.first], kernel, params, groups.merge(alpha),
                  m_scale, groups.weight, tol=tol, max_iter=max_iter, cache_size=cache_size,
                  shrinking=shrinking, random_state=random_state, should_stop=should_stop,
-                 kernel_dtype=kernel_dtype, newton=newton, kernel_memo=kernel_memo)
+                 kernel_dtype=kernel_dtype, newton=newton, kernel_memo=kernel_memo,
+                 visits=groups.count)
     res.alpha = groups.expand(res.alpha)
     return res
 
@@ -224,8 +225,10 @@ def solve_kernel_dual(X, y, kernel: Kernel, params: ODMParams, *, alpha0=None,
 def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: float,
            sw: np.ndarray | None, *, tol: float, max_iter: int, cache_size: float,
            shrinking: bool, random_state, should_stop: Callable[[], bool] | None,
-           kernel_dtype, newton: bool, kernel_memo: MemoSlot | None) -> DualResult:
-    """:func:`solve_kernel_dual` on checked rows, updating ``alpha`` in place."""
+           kernel_dtype, newton: bool, kernel_memo: MemoSlot | None,
+           visits: np.ndarray | None = None) -> DualResult:
+    """:func:`solve_kernel_dual` on checked rows, updating ``alpha`` in place; ``visits``:
+    each row's updates per epoch (a merged row's copies, below), else one."""
     m = X.shape[0]
     rng = as_generator(random_state)
     dz, db = diag_vectors(params, m_scale, m, sw)
@@ -240,7 +243,7 @@ def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: 
         store, kdiag, y, dz, db, theta) if newton else None
     n_iter, kkt, converged, stopped = _epochs(
         store, kdiag, y, alpha, f, dz, db, theta, rng=rng, poll=_StopPoll(should_stop),
-        schedule=schedule, tol=tol, max_iter=max_iter, shrinking=shrinking)
+        schedule=schedule, tol=tol, max_iter=max_iter, shrinking=shrinking, visits=visits)
     if stopped or not np.isfinite(kkt):
         kkt = float(nk.pair_violations(f, y, alpha, dz, db, theta, np.empty(m)).max())
         converged = kkt <= tol
@@ -256,11 +259,16 @@ def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: 
 
 
 def _sweep(store: ColumnStore, rng, active, chunk: int, poll: _StopPoll, kdiag, y, alpha, f,
-           dz, db, theta, shrink_thr: float, shrinking: bool) -> tuple[np.ndarray, bool]:
+           dz, db, theta, shrink_thr: float, shrinking: bool,
+           visits: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
     """One epoch of coordinate descent over the active instances, in chunks between stop
     polls, fetching missing columns as the compiled sweep asks for them.  Returns the
-    sweep's ``[max violation, shrunk, updates]`` and whether a stop was requested."""
-    order = rng.permutation(np.flatnonzero(active)).astype(np.int64)
+    sweep's ``[max violation, shrunk, updates]`` and whether a stop was requested.
+    ``visits``: instance i comes ``visits[i]`` times in the epoch's random order."""
+    idx = np.flatnonzero(active)
+    if visits is not None:
+        idx = np.repeat(idx, visits[idx])
+    order = rng.permutation(idx).astype(np.int64)
     if not store.full:
         # cached columns first: a random cyclic order over more columns than the cache
         # holds would miss on every column under LRU; this way only the overflow is

@@ -7,7 +7,10 @@ stationarity (``xi_i = M (1-theta)^2 zeta_i / (lam c_i)``) makes each copy's dua
 merged dual times ``c_i / C``, with the same ``w``, gradients and dual objective (``M``, the
 problem's ``m_scale``, is kept). A kernel solve costs O(m^2) kernel values and up to
 O(m^3) per factorization, so data with repeated rows (pixel colours, one-hot categories,
-quantised readings) solves at a fraction of the cost with the same optimum. Rows whose
+quantised readings) solves at a fraction of the cost with the same optimum. Coordinate
+descent visits a merged row once per copy in each epoch's random order (``count``): visited
+once, a heavy row lags the rows it moves and the solve needs several times the copies'
+epochs (``docs/design-notes.md``). Rows whose
 bytes differ (``0.0`` and ``-0.0``, an explicit zero in a sparse row) are kept apart, which
 only forgoes a merge.
 """
@@ -26,11 +29,12 @@ __all__ = ["RowGroups", "row_groups"]
 @dataclass(frozen=True)
 class RowGroups:
     """Groups of identical ``(x, y)`` rows: ``first`` (each group's first row, increasing),
-    ``inverse`` (each row's group), ``weight`` (each group's summed weight) and ``share``
-    (each row's weight over its group's)."""
+    ``inverse`` (each row's group), ``count`` (each group's rows), ``weight`` (each group's
+    summed weight) and ``share`` (each row's weight over its group's)."""
 
     first: np.ndarray
     inverse: np.ndarray
+    count: np.ndarray
     weight: np.ndarray
     share: np.ndarray
 
@@ -65,7 +69,8 @@ def row_groups(X, y: np.ndarray, sample_weight: np.ndarray | None) -> RowGroups 
         return None
     w = np.ones(m) if sample_weight is None else np.asarray(sample_weight, np.float64)
     weight = np.bincount(inverse, weights=w, minlength=first.shape[0])
-    return RowGroups(first, inverse, weight, w / weight[inverse])
+    count = np.bincount(inverse, minlength=first.shape[0]).astype(np.int64)
+    return RowGroups(first, inverse, count, weight, w / weight[inverse])
 
 
 def _dense_groups(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
