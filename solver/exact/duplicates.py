@@ -10,7 +10,7 @@ O(m^3) per factorization, so data with repeated rows (pixel colours, one-hot cat
 quantised readings) solves at a fraction of the cost with the same optimum. Coordinate
 descent visits a merged row once per copy in each epoch's random order (``count``): visited
 once, a heavy row lags the rows it moves and the solve needs several times the copies'
-epochs (``docs/design-notes.md``). Rows whose
+epochs (``docs/design-notes.md``; ``python -m bench.duplicates``). Rows whose
 bytes differ (``0.0`` and ``-0.0``, an explicit zero in a sparse row) are kept apart, which
 only forgoes a merge.
 """
