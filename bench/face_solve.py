@@ -4,7 +4,8 @@ Reproduces the numbers behind the constants of ``solver/exact/newton_kernel.py``
 ``solver/core/buffers.py`` (``docs/design-notes.md``):
 
 1. Cholesky of a 5,000-row RBF face system in float64 vs float32 (``FaceSystems`` factors
-   in float32 and refines in float64);
+   in float32 and refines in float64), and in float32 given the C-ordered matrix against its
+   transpose (``FaceSystems`` factors the transpose in place);
 2. the float32 RBF kernel of 12,500 ijcnn1 rows computed into a fresh ``np.empty`` array,
    into ``solver.core.buffers.empty`` (pages mapped up front) and into an already-touched array;
 3. one 12,500-row ijcnn1 partition (lam = 1e5, gamma = 100/22, theta = 0.2, upsilon = 0.5,
@@ -56,6 +57,16 @@ def main() -> None:
             t = _seconds(lambda A=A: cho_factor(A, lower=True, overwrite_a=True,
                                                 check_finite=False))
             print(f"Cholesky 5000 rows {np.dtype(dtype).name}: {t:.2f} s", flush=True)
+        # FaceSystems factors its C-ordered face matrix through the transpose (the same
+        # symmetric matrix in LAPACK's Fortran order), in place; given the matrix itself
+        # scipy first makes a transposed copy
+        for label, lower, view in (("the C-ordered matrix (a copy first)", True, False),
+                                   ("its transpose, in place", False, True)):
+            A = K.astype(np.float32)
+            A[np.diag_indices_from(A)] += 0.1
+            t = _seconds(lambda A=A, lower=lower, view=view: cho_factor(
+                A.T if view else A, lower=lower, overwrite_a=True, check_finite=False))
+            print(f"Cholesky 5000 rows float32 of {label}: {t:.2f} s", flush=True)
         n = X.shape[0]
         shape = (n, n)
         outs = {"np.empty": lambda: np.empty(shape, dtype=np.float32),

@@ -379,6 +379,18 @@ def rows_combination(cache, rows, coef, out):
     return out
 
 
+@njit(cache=True)
+def gather_block(cache, rows, cols, out):
+    """``out[i, j] = cache[rows[i], cols[j]]`` (any dtypes): the submatrix read in place,
+    without the full rows a fancy-indexed copy makes first."""
+    for i in range(rows.shape[0]):
+        src = cache[rows[i]]
+        o = out[i]
+        for j in range(cols.shape[0]):
+            o[j] = src[cols[j]]
+    return out
+
+
 @njit(cache=True, fastmath=True, nogil=True)
 def rbf_combination(G, sa, sb, gamma, coef, out):
     """``out[i] += sum_j exp(-gamma * max(0, sa_i + sb_j - 2 G_ij)) coef[j]`` (``coef``

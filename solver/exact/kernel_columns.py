@@ -33,8 +33,6 @@ FETCH_SLOT_SHARE = 1 / 4
 # a fetch also brings the columns of the violators among this many times the batch of
 # instances next in the sweep (those are the columns the sweep will ask for next)
 FETCH_LOOKAHEAD = 8
-# copy rows of the full matrix in blocks of about this many elements (16-32 MB temporaries)
-COPY_BLOCK_ELEMS = 1 << 22
 
 
 class ColumnStore:
@@ -86,12 +84,9 @@ class ColumnStore:
         """``K[S][:, S]`` as a new array of ``dtype``: copied from the matrix or computed
         from X."""
         if self.full:
-            rows = self.slot[S]
             out = buffers.empty((S.size, S.size), dtype=dtype)
-            step = max(1, COPY_BLOCK_ELEMS // max(self.m, 1))
-            for i in range(0, S.size, step):
-                out[i:i + step] = self.cache[rows[i:i + step]][:, S]
-            return out
+            return nk.gather_block(self.cache, self.slot[S], np.asarray(S, dtype=np.int64),
+                                   out)
         return kernel_matrix(self.kernel, self.X[S], dtype=dtype)
 
     def combine(self, S: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:

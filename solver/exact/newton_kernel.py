@@ -307,7 +307,11 @@ class FaceSystems:
         nk.drop_and_scale(A, np.float32(np.finfo(np.float32).eps * float(diag.min())),
                           np.float32(root * root))
         try:
-            fac = cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+            # A is symmetric and C-ordered: its transpose is the same matrix in the Fortran
+            # order LAPACK works in, factored in place (the upper triangle of A.T is the
+            # lower one filled above). Given A itself, scipy makes a transposed copy first:
+            # twice the factor's memory and a third more time (docs/design-notes.md).
+            fac = cho_factor(A.T, lower=False, overwrite_a=True, check_finite=False)
         except LinAlgError:
             return None
         self.n_factored += 1
@@ -329,7 +333,7 @@ class FaceSystems:
         miss = R[~have]
         if miss.size:
             n = self.base.size
-            E = np.zeros((n, miss.size), dtype=np.float32)
+            E = np.zeros((n, miss.size), dtype=np.float32, order="F")  # LAPACK's order
             E[miss, np.arange(miss.size)] = self.root
             cols = cho_solve(self.fac, E, check_finite=False)
             cols *= np.float32(self.root)
@@ -359,7 +363,7 @@ class FaceSystems:
                 C = cho_factor(Y[R].astype(np.float64), lower=True, check_finite=False)
 
             def solve_kept(V: np.ndarray) -> np.ndarray:
-                Z = np.zeros((n, V.shape[1]), dtype=np.float32)
+                Z = np.zeros((n, V.shape[1]), dtype=np.float32, order="F")
                 Z[tp] = V * np.float32(root)
                 Z = cho_solve(fac, Z, check_finite=False)
                 Z *= np.float32(root)

@@ -422,6 +422,19 @@ def _face_systems(m: int, n: int, seed: int, gamma: float, cache_mb: float):
 
 
 @pytest.mark.parametrize("cache_mb", [64.0, 0.05])
+def test_block_is_the_kernel_of_the_rows_in_their_order(cache_mb):
+    # the face matrix K[S][:, S] for rows in any order, read from the whole matrix (a
+    # compiled gather) or computed from X in column-cache mode, in the dtype asked for
+    X, kernel, store, _ = _face_systems(300, 3, 7, 1.0, cache_mb)
+    S = np.random.default_rng(1).permutation(300)[:120].astype(np.int64)
+    for dtype in (np.float32, np.float64):
+        B = store.block(S, dtype)
+        assert B.dtype == dtype and B.shape == (120, 120)
+        np.testing.assert_allclose(B, kernel_matrix(kernel, X)[np.ix_(S, S)], rtol=1e-6,
+                                   atol=1e-7)
+
+
+@pytest.mark.parametrize("cache_mb", [64.0, 0.05])
 def test_face_solve_refines_a_float32_factor_to_float64_accuracy(cache_mb):
     # an ill-conditioned face system (RBF Gram + 1e-4 I: condition ~1e6): the float32
     # Cholesky alone is off by ~1e-2, the refined solution meets the target residual, from
