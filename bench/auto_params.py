@@ -7,8 +7,9 @@ with seed 0; features min-max scaled on the training split):
 
 * **auto-ODM**: ``SODMClassifier(lam="auto", gamma="auto", theta="auto")`` with every other
   parameter at its default, fitted on the training split: the search of ``solver.auto.search``
-  then the final fit. CPU seconds of the process tree (``solver.core.cputime``) of the search and
-  of the final fit, as the estimator records them in ``fit_info_["auto"]``.
+  then the final fit, both with one BLAS thread (``threadpoolctl``; LIBSVM uses none). CPU
+  seconds of the process tree (``solver.core.cputime``) of the search and of the final fit,
+  as the estimator records them in ``fit_info_["auto"]``.
 * **SVC** (LIBSVM, RBF, ``cache_size`` 512 MB like ODM's default): C in 10^-2..10^5 and
   gamma in 10^-1..10^3 x the "scale" gamma 1/(d Var X) (8 x 5 = 40 points) tuned by
   scikit-learn's ``HalvingGridSearchCV`` with the same CV budget as the auto search: the
@@ -52,11 +53,17 @@ def _scale_gamma(X: np.ndarray) -> float:
 
 
 def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
+    import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
+    from threadpoolctl import threadpool_limits
+
     from solver import SODMClassifier
     from solver.core.cputime import CpuClock
 
     est = SODMClassifier(lam="auto", gamma="auto", theta="auto", random_state=seed)
-    with CpuClock() as clock, warnings.catch_warnings():
+    # one BLAS thread for the whole fit, as LIBSVM's one (the search sets it for itself;
+    # the final fit would get a thread per core, and idle OpenBLAS threads spin)
+    with CpuClock() as clock, warnings.catch_warnings(), \
+            threadpool_limits(limits=1, user_api="blas"):
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
         est.fit(X, y)

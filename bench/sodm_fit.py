@@ -4,11 +4,12 @@
         --gamma-mult 1 --gamma-units scale --theta 0.2 --cache-size 512
 
 For comparing solver changes on the final fit of a training request: the training split of
-``bench.data`` less a validation fifth (``numpy.random.default_rng(0)``), one BLAS thread,
-``n_jobs=1``; ``gamma = gamma_mult / d`` (``--gamma-units d``, ``bench.run``'s convention) or
-``gamma_mult / (d Var X)`` (``scale``, the "auto" search's); the default structure, or ``--p``
-partitions in one level. Prints CPU seconds of the fit, partitions, validation and test
-accuracy, the process's peak RSS, epochs and factorizations. To
+``bench.data`` less a validation fifth (``numpy.random.default_rng(0)``), one BLAS thread
+(``--blas-threads``), ``n_jobs=1``; ``gamma = gamma_mult / d`` (``--gamma-units d``,
+``bench.run``'s convention) or ``gamma_mult / (d Var X)`` (``scale``, the "auto" search's);
+the default structure, or ``--p`` partitions in one level. Prints CPU seconds of the fit,
+partitions, validation and test accuracy, the process's peak RSS, epochs and
+factorizations. To
 compare two trees in one command, run the file of this tree with ``PYTHONPATH`` set to each
 (``bench/records/`` has such runs).
 """
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p", type=int, default=None,
                     help="level-1 partitions (default: those whose kernel fits the cache); "
                          "one level")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="OpenBLAS threads of the fit (default 1: one core's CPU seconds)")
     a = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
@@ -49,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     Xv, yv, X, y = X[perm[:nv]], y[perm[:nv]], X[perm[nv:]], y[perm[nv:]]
     d = X.shape[1]
     gamma = a.gamma_mult / d if a.gamma_units == "d" else a.gamma_mult / (d * float(np.var(X)))
-    with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+    import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
+
+    with threadpool_limits(limits=a.blas_threads, user_api="blas"), \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ODMClassifier(kernel="rbf", lam=1.0, gamma=gamma, scale=False).fit(
             X[:200], y[:200])  # the compiled loops loaded, not timed
