@@ -106,9 +106,12 @@ REFINE_MAX = 8
 # ... stopped when a step does not cut the residual below this fraction of the last one
 REFINE_MIN_GAIN = 0.5
 # a face that differs from the factored one by at most this share of its rows (removed,
-# added or switched side) is solved from that factor: k triangular right-hand sides cost
-# about k / (3 n) of a factorization of n rows
+# added or switched side) is solved from that factor ...
 UPDATE_SHARE = 0.25
+# ... when that costs less than factoring the new face: k triangular right-hand sides on a
+# base of n rows cost about UPDATE_RHS_COST * k n^2 multiply-adds against s^3 / 3 for a face
+# of s rows (a base of 6,010 rows less 1,177: 8.5e10 against 3.8e10)
+UPDATE_RHS_COST = 2.0
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,8 @@ class FaceSystems:
 
     A face is factored once (Cholesky in float32, docs/design-notes.md has its cost) and becomes
     the *base*; a face within ``UPDATE_SHARE`` of the base in rows removed, added or moved
-    between the zeta and beta sides reuses the base factor:
+    between the zeta and beta sides reuses the base factor where its new triangular solves
+    cost less than a factorization of the face:
 
     * removed rows ``R`` (base positions): ``A_TT^-1 v`` on the kept rows ``T`` is
       ``z_T - Y_T C^-1 z_R`` with ``z = A_B^-1 [v; 0]``, ``Y = A_B^-1 E_R`` and
@@ -343,8 +347,9 @@ class FaceSystems:
 
     def _from_base(self, S: np.ndarray, D: np.ndarray):
         """The float32 solve of this face from the base factor, or ``None`` when the face
-        differs from the base by more than ``UPDATE_SHARE`` of its rows (or the bordered
-        systems are not numerically positive definite)."""
+        differs from the base by more than ``UPDATE_SHARE`` of its rows, when its new
+        triangular solves would cost more than factoring the face (``UPDATE_RHS_COST``), or
+        when the bordered systems are not numerically positive definite."""
         base, fac, root, store = self.base, self.fac, self.root, self.store
         n = base.size
         p = self.pos[S]
@@ -356,6 +361,9 @@ class FaceSystems:
         R = np.flatnonzero(~kept)
         new = np.flatnonzero(~same)
         if R.size + new.size > UPDATE_SHARE * n:
+            return None
+        rhs = int(np.count_nonzero(self.ycol[R] < 0)) + new.size  # columns not kept yet
+        if UPDATE_RHS_COST * rhs * n * n > S.size ** 3 / 3.0:
             return None
         try:
             if R.size:

@@ -488,9 +488,9 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
     X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, cache_mb)
     rng = np.random.default_rng(0)
     S = np.arange(0, 300, 2, dtype=np.int64)
-    S2 = np.concatenate((S[10:], [1, 3, 5, 7]))  # 10 rows out, 4 in
+    S2 = np.concatenate((S[3:], [1, 3]))  # 3 rows out, 2 in
     D2 = np.full(S2.size, 1e-2)
-    D2[:6] = 3e-2  # 6 rows switch side
+    D2[:2] = 3e-2  # 2 rows switch side
     far = np.arange(1, 300, 2, dtype=np.int64)
     for face, diag in ((S, np.full(S.size, 1e-2)), (S2, D2), (far, np.full(far.size, 1e-2))):
         t = rng.normal(size=face.size)
@@ -502,6 +502,22 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
         if face is S2:
             assert (faces.n_factored, faces.n_updated) == ((1, 1) if store.full else (2, 0))
     assert faces.n_factored == (2 if store.full else 3)
+
+
+def test_a_face_whose_update_costs_more_than_a_factor_is_factored_anew():
+    # 30 of 150 rows removed: within UPDATE_SHARE, but their 30 triangular solves on the
+    # 150-row base (2 * 30 * 150^2 = 1.35e6) cost more than factoring the 120-row face
+    # (120^3 / 3 = 5.8e5), so it gets its own factor; 3 removed (1.4e5 against 1.0e6) do not
+    X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, 64.0)
+    S = np.arange(0, 300, 2, dtype=np.int64)
+    rng = np.random.default_rng(1)
+    for face, counts in ((S, (1, 0)), (S[30:], (2, 0)), (S[33:], (2, 1))):
+        D = np.full(face.size, 1e-2)
+        t = rng.normal(size=face.size)
+        x = faces.solve(face, D, t, 1e-10)
+        A = kernel_matrix(kernel, X[face]) + np.diag(D)
+        assert np.abs(A @ x - t).max() <= 1e-10
+        assert (faces.n_factored, faces.n_updated) == counts
 
 
 def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
