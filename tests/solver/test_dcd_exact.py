@@ -507,7 +507,8 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
 def test_a_face_whose_update_costs_more_than_a_factor_is_factored_anew():
     # 30 of 150 rows removed: within UPDATE_SHARE, but their 30 triangular solves on the
     # 150-row base (2 * 30 * 150^2 = 1.35e6) cost more than factoring the 120-row face
-    # (120^3 / 3 = 5.8e5), so it gets its own factor; 3 removed (1.4e5 against 1.0e6) do not
+    # (120^3 / 3 = 5.8e5), so it gets its own factor; 3 more removed from that new base
+    # (2 * 3 * 120^2 = 8.6e4 against 117^3 / 3 = 5.3e5) are solved from it
     X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, 64.0)
     S = np.arange(0, 300, 2, dtype=np.int64)
     rng = np.random.default_rng(1)
