@@ -6,7 +6,8 @@
 What one partition of an SODM fit costs (``ODMClassifier``, RBF, one BLAS thread, features
 min-max scaled on the training split by ``bench.data``, ``gamma = gamma_mult / (d Var X)``
 (``bench.run`` counts ``gamma_mult`` in units of ``1 / d`` instead), rows drawn with
-``numpy.random.default_rng(seed)``); for comparing solver changes on the same fit.
+``numpy.random.default_rng(seed)``, ``cache_size`` 512 MB unless ``--cache-size``); for
+comparing solver changes on the same fit.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gamma-mult", type=float, default=1.0)
     ap.add_argument("--theta", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache-size", type=float, default=512.0,
+                    help="the fit's cache_size in MB (default 512, the estimator's)")
     a = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     gamma = a.gamma_mult / (X.shape[1] * float(np.var(X)))
     idx = np.random.default_rng(a.seed).choice(len(y), min(a.rows, len(y)), replace=False)
     est = ODMClassifier(kernel="rbf", lam=a.lam, gamma=gamma, theta=a.theta, scale=False,
-                        random_state=0)
+                        random_state=0, cache_size=a.cache_size)
     with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ODMClassifier(kernel="rbf", lam=1.0, gamma=gamma, scale=False).fit(
@@ -48,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         est.fit(X[idx], y[idx])
         cpu = time.process_time() - t
     print(f"{a.dataset} rows={len(idx)} lam={a.lam:g} gamma={a.gamma_mult:g}x "
-          f"theta={a.theta:g}: {cpu:.2f} CPU s, epochs {est.n_iter_}, faces factored "
-          f"{factored_faces(est)}")
+          f"theta={a.theta:g} cache={a.cache_size:g}: {cpu:.2f} CPU s, epochs {est.n_iter_}, "
+          f"faces factored {factored_faces(est)}")
     return 0
 
 
