@@ -11,10 +11,14 @@ changing: a few face solves instead of thousands of epochs.
 
 * Direct face solves (:class:`FaceSystems`): a float32 Cholesky refined in float64, and
   later faces, which differ by fewer and fewer rows, solved from that factor.
+* Block steps (full-matrix mode) for a face that stays well above what may be factored:
+  the same active-set solve on the rows deepest in the face (:func:`block_rows`) with the
+  other rows' duals held fixed, an exact minimisation over the block that leaves coordinate
+  descent a face it can shrink into the direct range.
 * Preconditioned CG on the face (:func:`pcg`) for faces too large to factor (full-matrix
   mode only), tried only when the observed linear rate of coordinate descent extrapolates
   to many more epochs.
-* :class:`NewtonSchedule` decides after each epoch whether to attempt either; an attempt
+* :class:`NewtonSchedule` decides after each epoch whether to attempt one; an attempt
   returns a point meeting the tolerance, or its last iterate made feasible when that lowers
   the dual objective, or leaves the iterate alone, so it only ever accelerates.
 
@@ -41,6 +45,7 @@ __all__ = [
     "NewtonSchedule",
     "FaceSystems",
     "active_set_newton",
+    "block_rows",
     "pcg",
     "face_stalled",
     "epochs_left",
@@ -87,6 +92,16 @@ DIRECT_BUDGET_UPDATES = 40
 # descent; it is made only when coordinate descent's extrapolated epochs left exceed twice
 # that (else coordinate descent finishes first, and the question is asked again next epoch)
 DIRECT_WORTH = 0.06
+
+# a face still above BLOCK_FACE times the direct limit over the last FACE_WINDOW epochs once
+# it has stopped shrinking (under 3 % per window: 15 epochs or more from the limit) gets a
+# block step, from BLOCK_FIRST_EPOCH on and when it pays as a direct step of the limit's size
+# would: the active-set solve on the rows deepest in the face, the others held fixed ...
+BLOCK_FACE = 1.1
+BLOCK_FIRST_EPOCH = 10
+# ... on BLOCK_SHARE of the direct limit's rows: the deepest rows are the ones coordinate
+# descent moves slowest, and a block of half the limit costs an eighth of its factor
+BLOCK_SHARE = 0.5
 
 # --- one attempt (active_set_newton) --------------------------------------------------------
 # at most this many state updates per attempt
@@ -154,6 +169,7 @@ class NewtonSchedule:
     direct_settled: int  # ... while coordinate descent still shrinks the face
     next_direct: int = DIRECT_FIRST_EPOCH
     next_cg: int = CG_FIRST_EPOCH
+    next_block: int = BLOCK_FIRST_EPOCH
     face_history: list[int] = field(default_factory=list)
     n_attempts: int = 0
     faces: FaceSystems | None = None
@@ -187,6 +203,11 @@ class NewtonSchedule:
                 return False
             self.next_direct = RETRY_FACTOR * epoch
             return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
+        if self.store.full and epoch >= self.next_block and face_stalled(self.face_history) \
+                and min(self.face_history[-FACE_WINDOW:]) > BLOCK_FACE * self.direct_max \
+                and epochs_left(kkts, tol) >= DIRECT_WORTH * self.direct_max ** 2 / m:
+            self.next_block = RETRY_FACTOR * epoch
+            return self._block_attempt(alpha, f, tol, abort)
         if self.store.full and epoch >= self.next_cg and (
                 face > CG_FACE_FACTOR * self.direct_settled
                 or face > self.direct_max and face >= CG_WHOLE_FACE * m
@@ -198,6 +219,18 @@ class NewtonSchedule:
                 return self._attempt(alpha, f, tol, abort, budget, direct=False)
             self.next_cg = epoch + max(CG_RECHECK_MIN, epoch // CG_RECHECK_DIV)
         return False
+
+    def _block_attempt(self, alpha, f, tol, abort) -> bool:
+        """A direct step on the ``BLOCK_SHARE * direct_max`` rows deepest in the face, the
+        rest held fixed."""
+        self.n_attempts += 1
+        free = block_rows(f, self.y, alpha, self.kdiag, self.theta,
+                          int(BLOCK_SHARE * self.direct_max))
+        _, moved = active_set_newton(
+            self.store, self.kdiag, self.y, alpha, f, self.dz, self.db, self.theta, tol,
+            budget=direct_budget(self.direct_max, self.store.m), abort=abort,
+            direct_max=self.direct_max, faces=self.faces, free=free)
+        return moved
 
     def _attempt(self, alpha, f, tol, abort, budget: int, *, direct: bool) -> bool:
         self.n_attempts += 1
@@ -517,13 +550,16 @@ class _Dual:
         new_z &= ~new_b
         return new_z, new_b
 
-    def solve_face(self, S, zside, nu, target, left, abort, direct_max, faces
-                   ) -> tuple[np.ndarray | None, int]:
+    def solve_face(self, S, zside, nu, target, left, abort, direct_max, faces,
+                   f_fixed: np.ndarray | None = None) -> tuple[np.ndarray | None, int]:
         """``nu_S`` on the face ``S`` and its cost in mat-vecs, or ``(None, 0)`` when the
-        attempt must end (budget spent, factor failed, face too large)."""
+        attempt must end (budget spent, factor failed, face too large); ``f_fixed`` is
+        ``K nu`` of the rows a block step holds fixed."""
         store = self.store
         D = np.where(zside, self.dz[S], self.db[S])
         t = self.y[S] * np.where(zside, 1.0 - self.theta, 1.0 + self.theta)
+        if f_fixed is not None:
+            t = t - f_fixed[S]
         if left <= 1:
             return None, 0
         if S.size <= direct_max and faces is not None:
@@ -564,8 +600,8 @@ class _Dual:
 
 def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol,
                       budget: int, abort: Callable[[], bool] | None = None,
-                      direct_max: int = 0, faces: FaceSystems | None = None
-                      ) -> tuple[bool, bool]:
+                      direct_max: int = 0, faces: FaceSystems | None = None,
+                      free: np.ndarray | None = None) -> tuple[bool, bool]:
     """Primal-dual active-set (semismooth Newton) solve of the dual (module docstring).
 
     ``direct_max > 0``: each face system is solved exactly by ``faces`` (Cholesky in either
@@ -574,7 +610,10 @@ def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol
     only).  The states are re-predicted from each solution (Z keeps members with
     ``zeta > 0`` and gains non-members with margin ``< 1 - theta``; B likewise above
     ``1 + theta``) until the iterate satisfies every KKT condition.  ``budget`` caps the work
-    in kernel mat-vecs (a Cholesky of ``|S|`` rows counts ``|S|^2 / 6m``).  Returns
+    in kernel mat-vecs (a Cholesky of ``|S|`` rows counts ``|S|^2 / 6m``).  ``free`` (a
+    mask) makes it a block step: only those rows change, the others keep their duals (their
+    ``K nu`` moves into the right-hand side), and the attempt ends once the block's states
+    settle, keeping the point only if it lowers the objective.  Returns
     ``(converged, moved)``: on success ``alpha``/``f`` hold a point meeting ``tol``; when the
     budget runs out first, the last iterate projected onto the feasible set replaces them if
     its dual objective is lower (``moved``), so the mat-vecs spent still shorten the
@@ -589,37 +628,64 @@ def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol
     tight = False
     viol = np.empty(store.m)
     cand = np.empty_like(alpha)
+    block = free is not None
+    f_fixed = None  # K nu of the rows a block step holds fixed
+    if block:
+        hold = np.flatnonzero(~free & (nu != 0))
+        f_fixed = store.combine(hold, nu[hold], np.empty(store.m))
+        zs_held, bs_held = zs.copy(), bs.copy()
     for _ in range(MAX_STATE_UPDATES):
         ysn = y * nu  # = zeta on Z, -beta on B
-        if used > 0 and dual.feasible_point(fcur, ysn, zs, bs, cand, tol, viol):
+        if used > 0 and not block and dual.feasible_point(fcur, ysn, zs, bs, cand, tol,
+                                                          viol):
             alpha[:] = cand  # feasible iterate with exact f meeting the tolerance
             f[:] = fcur
             return True, True
         new_z, new_b = dual.next_states(zs, bs, ysn, y * fcur)
+        if block:
+            new_z = np.where(free, new_z, zs_held)
+            new_b = np.where(free, new_b, bs_held)
+            if tight and np.array_equal(new_z, zs) and np.array_equal(new_b, bs):
+                break  # the block's states settled and were solved accurately
         n_changed = int(np.count_nonzero(new_z != zs) + np.count_nonzero(new_b != bs))
         if used > 0 and n_changed <= max(SETTLED_MIN, (zs | bs).sum() // SETTLED_DIV):
             tight = True  # few states left to settle: solve accurately from now on
         zs, bs = new_z, new_b
-        S = np.flatnonzero(zs | bs)
+        S = np.flatnonzero((zs | bs) & free if block else zs | bs)
         if S.size == 0:
+            if block:
+                break
             nu[:] = 0.0
             fcur[:] = 0.0
             used += 1
             continue
         target = TIGHT_TOL * tol if tight else LOOSE_TOL * tol
         x, cost = dual.solve_face(S, zs[S], nu, target, budget - used, abort, direct_max,
-                                  faces)
+                                  faces, f_fixed)
         if x is None:
             break
         used += cost
-        nu[:] = 0.0
+        nu[free if block else slice(None)] = 0.0
         nu[S] = x
         store.combine(S, x, fcur)
+        if block:
+            fcur += f_fixed
         if abort is not None and abort():
             break
     if used == 0:
         return False, False
     return False, dual.project_if_lower(nu, zs, bs, alpha, f, cand)
+
+
+def block_rows(f, y, alpha, kdiag, theta, size: int) -> np.ndarray:
+    """Mask of the ``size`` rows deepest in the face: the largest distances outside the
+    band ``[1 - theta, 1 + theta]`` of each row's margin without its own term (the ``r`` of
+    :mod:`solver.core._numba_kernels`), the rows most likely to stay on it."""
+    r = y * f - kdiag * (alpha[:, 0] - alpha[:, 1])
+    depth = np.maximum(1.0 - theta - r, r - 1.0 - theta)
+    free = np.zeros(f.size, dtype=bool)
+    free[np.argpartition(-depth, size)[:size]] = True
+    return free
 
 
 def predicted_face(f, y, alpha, theta) -> int:

@@ -12,6 +12,7 @@ from scipy.linalg import cho_factor
 from scipy.optimize import minimize, nnls
 from sklearn.exceptions import ConvergenceWarning
 
+from solver.core import _numba_kernels as nk
 from solver.core.formulation import ODMParams, diag_vectors, dual_objective, slacks_from_alpha
 from solver.core.kernels import Kernel, kernel_matrix
 from solver.exact import newton_kernel as nwt
@@ -521,10 +522,9 @@ def test_a_face_whose_update_costs_more_than_a_factor_is_factored_anew():
         assert (faces.n_factored, faces.n_updated) == counts
 
 
-def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
-    # the ill-conditioned problem above, 30 epochs of coordinate descent, then one Newton
-    # attempt whose budget is too small to converge: it may move the iterate, but only to a
-    # feasible point with exact f = K nu and a lower dual objective
+def _after_30_epochs():
+    """The ill-conditioned poly problem above after 30 epochs of coordinate descent:
+    ``X, y, kernel, params``, the solve and the kernel matrix."""
     X, y = _data(m=120, n=3, seed=12)
     X = np.c_[X, np.ones(len(y))]
     kernel = Kernel("poly", gamma=8.0, degree=2, coef0=1.0)
@@ -533,8 +533,15 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
         warnings.simplefilter("ignore", ConvergenceWarning)
         start = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=30,
                                   newton=False)
+    return X, y, kernel, params, start, kernel_matrix(kernel, X)
+
+
+def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_objective():
+    # the ill-conditioned problem above, 30 epochs of coordinate descent, then one Newton
+    # attempt whose budget is too small to converge: it may move the iterate, but only to a
+    # feasible point with exact f = K nu and a lower dual objective
+    X, y, kernel, params, start, K = _after_30_epochs()
     m = len(y)
-    K = kernel_matrix(kernel, X)
     dz, db = diag_vectors(params, m, m)
     outcomes = set()
     for budget in (2, 5, 20, 60):
@@ -553,6 +560,99 @@ def test_failed_newton_attempt_keeps_its_progress_only_when_it_lowers_the_object
                 < dual_objective(y * K @ (y * (start.alpha[:, 0] - start.alpha[:, 1])),
                                  start.alpha, params, m))
     assert (False, True) in outcomes  # some budget-limited attempt kept its progress
+
+
+def test_a_block_step_minimises_over_its_rows_and_holds_the_others():
+    # the ill-conditioned problem above after 30 epochs of coordinate descent; a block step
+    # on the 60 of its 120 rows deepest in the face: the other 60 keep their duals, and the
+    # 60 reach the minimum of the dual over them with the others fixed (L-BFGS-B on that
+    # box QP agrees), a lower objective than before
+    X, y, kernel, params, start, K = _after_30_epochs()
+    m = len(y)
+    kdiag = np.diag(K).copy()
+    dz, db = diag_vectors(params, m, m)
+    alpha = start.alpha.copy()
+    f = K @ (y * (alpha[:, 0] - alpha[:, 1]))
+    assert nwt.predicted_face(f, y, alpha, params.theta) > 60
+    free = nwt.block_rows(f, y, alpha, kdiag, params.theta, 60)
+    assert free.sum() == 60
+    store = ColumnStore(X, kernel, 64 * (1 << 20))
+    ok, moved = nwt.active_set_newton(store, kdiag, y, alpha, f, dz, db, params.theta, 1e-6,
+                                      budget=10_000, direct_max=m,
+                                      faces=nwt.FaceSystems(store), free=free)
+    assert moved and not ok  # a block step never claims the whole problem converged
+    np.testing.assert_array_equal(alpha[~free], start.alpha[~free])
+    np.testing.assert_allclose(f, K @ (y * (alpha[:, 0] - alpha[:, 1])), atol=1e-9)
+    viol = nk.pair_violations(f, y, alpha, dz, db, params.theta, np.empty(m))
+    assert viol[free].max() <= 1e-6 < viol[~free].max()
+    # the reference: the box QP over the free rows' (zeta, beta), the others fixed
+    Q = (y[:, None] * y[None, :]) * K
+    H = np.block([[Q + np.diag(dz), -Q], [-Q, Q + np.diag(db)]])
+    b = np.r_[(params.theta - 1) * np.ones(m), (params.theta + 1) * np.ones(m)]
+    a0 = np.r_[start.alpha[:, 0], start.alpha[:, 1]]
+    idx = np.r_[np.flatnonzero(free), m + np.flatnonzero(free)]
+    held = np.setdiff1d(np.arange(2 * m), idx)
+    Hf, bf = H[np.ix_(idx, idx)], b[idx] + H[np.ix_(idx, held)] @ a0[held]
+    res = minimize(lambda a: (0.5 * a @ Hf @ a + bf @ a, Hf @ a + bf), a0[idx], jac=True,
+                   method="L-BFGS-B", bounds=[(0, None)] * idx.size,
+                   options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 50_000, "maxcor": 30})
+    ref = a0.copy()
+    ref[idx] = res.x
+    got = np.r_[alpha[:, 0], alpha[:, 1]]
+
+    def obj(a):
+        return 0.5 * a @ H @ a + b @ a
+
+    assert obj(got) == pytest.approx(obj(ref), rel=1e-7)
+    assert obj(got) < obj(a0)
+
+
+@pytest.mark.parametrize(("face", "kkts", "attempts"), [
+    (1150, list(np.geomspace(1.0, 0.3, 30)), 1),  # stalled 15 % above the limit: a block
+    (1090, list(np.geomspace(1.0, 0.3, 30)), 0),  # within 10 % of it: wait for the face
+    (1150, [0.5 ** k for k in range(30)], 0),  # coordinate descent about to finish
+])
+def test_a_face_stalled_well_above_the_direct_limit_gets_a_block_step(face, kkts, attempts):
+    # 1,210 rows, direct limit 1,000 (7 MB budget), the face stalled at `face` rows (an
+    # ijcnn1.t partition's stayed at 8,000-8,500 rows for 80 epochs against a limit of
+    # 6,030): too few epochs left for CG, too large a face for a direct step; a block step
+    # factors only the limit's rows, the deepest in the face
+    m = 1210
+    sched, f = _schedule_with_face(m, face, lam=1e6)
+    assert sched.store.full and sched.direct_max == 1000
+    left = nwt.epochs_left(kkts, 1e-3)
+    assert left < nwt.CG_MIN_REMAINING
+    sched.face_history = [face] * 20
+    sched.after_epoch(len(kkts), kkts, np.zeros((m, 2)), f, 1e-3)
+    assert sched.n_attempts == attempts
+    assert (left >= nwt.DIRECT_WORTH * 1000 ** 2 / m) == (attempts == 1 or face < 1100)
+    if attempts:
+        assert sched.faces.factored and max(sched.faces.factored) <= nwt.BLOCK_SHARE * 1000
+
+
+def test_a_block_step_takes_a_solve_whose_face_stays_too_large_to_factor_to_the_optimum(
+        monkeypatch):
+    # 1,210 rows, lam 1e6 and a 7 MB budget: the face stays above 1,100 rows (the direct
+    # limit is 1,000) for hundreds of epochs, which coordinate descent alone crawls through;
+    # a block step on the 500 deepest rows at epoch 10 lets it shrink into direct range. The
+    # same optimum as without block steps (BLOCK_FACE infinite), in under a third the epochs
+    rng = np.random.default_rng(2)
+    X = rng.random((1210, 4))
+    y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=1210) > 0, 1.0, -1.0)
+    kernel = Kernel("rbf", gamma=5.0)
+    params = ODMParams(lam=1e6, theta=0.3)
+    block = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=2000,
+                              cache_size=7.0)
+    monkeypatch.setattr(nwt, "BLOCK_FACE", np.inf)
+    plain = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=2000,
+                              cache_size=7.0)
+    assert block.converged and plain.converged
+    assert block.newton.factored[0] == nwt.BLOCK_SHARE * 1000
+    assert max(plain.newton.factored) > nwt.BLOCK_SHARE * 1000
+    assert 3 * block.n_iter < plain.n_iter
+    assert block.objective == pytest.approx(plain.objective, rel=1e-6)
+    for res in (block, plain):
+        assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
 
 
 def test_large_faces_wait_until_coordinate_descent_stops_shrinking_them():
