@@ -207,7 +207,10 @@ class NewtonSchedule:
                 and min(self.face_history[-FACE_WINDOW:]) > BLOCK_FACE * self.direct_max \
                 and epochs_left(kkts, tol) >= DIRECT_WORTH * self.direct_max ** 2 / m:
             self.next_block = RETRY_FACTOR * epoch
-            return self._block_attempt(alpha, f, tol, abort)
+            free = block_rows(f, self.y, alpha, self.kdiag, self.theta,
+                              int(BLOCK_SHARE * self.direct_max))
+            return self._attempt(alpha, f, tol, abort, direct_budget(self.direct_max, m),
+                                 direct=True, free=free)
         if self.store.full and epoch >= self.next_cg and (
                 face > CG_FACE_FACTOR * self.direct_settled
                 or face > self.direct_max and face >= CG_WHOLE_FACE * m
@@ -220,24 +223,13 @@ class NewtonSchedule:
             self.next_cg = epoch + max(CG_RECHECK_MIN, epoch // CG_RECHECK_DIV)
         return False
 
-    def _block_attempt(self, alpha, f, tol, abort) -> bool:
-        """A direct step on the ``BLOCK_SHARE * direct_max`` rows deepest in the face, the
-        rest held fixed."""
-        self.n_attempts += 1
-        free = block_rows(f, self.y, alpha, self.kdiag, self.theta,
-                          int(BLOCK_SHARE * self.direct_max))
-        _, moved = active_set_newton(
-            self.store, self.kdiag, self.y, alpha, f, self.dz, self.db, self.theta, tol,
-            budget=direct_budget(self.direct_max, self.store.m), abort=abort,
-            direct_max=self.direct_max, faces=self.faces, free=free)
-        return moved
-
-    def _attempt(self, alpha, f, tol, abort, budget: int, *, direct: bool) -> bool:
+    def _attempt(self, alpha, f, tol, abort, budget: int, *, direct: bool,
+                 free: np.ndarray | None = None) -> bool:
         self.n_attempts += 1
         _, moved = active_set_newton(
             self.store, self.kdiag, self.y, alpha, f, self.dz, self.db, self.theta, tol,
             budget=budget, abort=abort, direct_max=self.direct_max if direct else 0,
-            faces=self.faces if direct else None)
+            faces=self.faces if direct else None, free=free)
         return moved
 
 
