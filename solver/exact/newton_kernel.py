@@ -7,7 +7,10 @@ B (``beta > 0``) or O (both 0).  For fixed states the KKT conditions are the SPD
 ``t_i = y_i (1 - theta)`` on Z; ``D_i = M c``, ``t_i = y_i (1 + theta)`` on B), whose
 residual is exactly the KKT violation on S.  The primal-dual active-set (semismooth Newton)
 method solves it, re-predicts the states from the solution and repeats until they stop
-changing: a few face solves instead of thousands of epochs.
+changing: a few face solves instead of thousands of epochs. The first states come from
+coordinate descent's iterate, not a face solution: a member stays only where a few projected
+coordinate steps would keep its dual positive, so the first (largest) face is nearer the
+optimum's.
 
 * Direct face solves (:class:`FaceSystems`): a float32 Cholesky refined in float64, and
   later faces, which differ by fewer and fewer rows, solved from that factor.
@@ -106,6 +109,10 @@ BLOCK_SHARE = 0.5
 # --- one attempt (active_set_newton) --------------------------------------------------------
 # at most this many state updates per attempt
 MAX_STATE_UPDATES = 40
+# the first face keeps a nonzero dual only where START_STEPS projected coordinate steps from
+# the iterate would keep it (coordinate descent leaves many small duals that the optimum
+# sets to zero, and the first face is the attempt's largest factorization)
+START_STEPS = 10.0
 # state prediction needs only rough solves: residual target LOOSE_TOL * tol ...
 LOOSE_TOL = 10.0
 # ... until at most 1/SETTLED_DIV of the face (and at least SETTLED_MIN rows) changes state;
@@ -533,12 +540,22 @@ class _Dual:
         return nk.pair_violations(fcur, self.y, cand, self.dz, self.db, self.theta,
                                   viol).max() <= tol
 
-    def next_states(self, zs, bs, ysn, u) -> tuple[np.ndarray, np.ndarray]:
+    def next_states(self, zs, bs, ysn, u, start: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """States predicted from the solution: members keep their sign, non-members join Z
-        below the band (``u < 1 - theta``) and B above it."""
+        below the band (``u < 1 - theta``) and B above it. ``start`` (the iterate is
+        coordinate descent's, not a face solution, so members' gradients are not zero):
+        members keep their state only where ``START_STEPS`` projected coordinate steps along
+        their gradient would leave the dual positive."""
         theta = self.theta
-        new_z = np.where(zs, ysn > 0, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
-        new_b = np.where(bs, ysn < 0, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
+        keep_z, keep_b = ysn > 0, ysn < 0
+        if start:
+            grad_z = u - (1.0 - theta) + self.dz * ysn  # d objective / d zeta on Z
+            grad_b = (1.0 + theta) - u - self.db * ysn  # d objective / d beta on B
+            keep_z &= ysn > START_STEPS * grad_z / (self.kdiag + self.dz)
+            keep_b &= -ysn > START_STEPS * grad_b / (self.kdiag + self.db)
+        new_z = np.where(zs, keep_z, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
+        new_b = np.where(bs, keep_b, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
         new_z &= ~new_b
         return new_z, new_b
 
@@ -633,7 +650,7 @@ def active_set_newton(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, tol
             alpha[:] = cand  # feasible iterate with exact f meeting the tolerance
             f[:] = fcur
             return True, True
-        new_z, new_b = dual.next_states(zs, bs, ysn, y * fcur)
+        new_z, new_b = dual.next_states(zs, bs, ysn, y * fcur, start=used == 0)
         if block:
             new_z = np.where(free, new_z, zs_held)
             new_b = np.where(free, new_b, bs_held)

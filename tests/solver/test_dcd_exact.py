@@ -608,6 +608,53 @@ def test_a_block_step_minimises_over_its_rows_and_holds_the_others():
     assert obj(got) < obj(a0)
 
 
+def test_the_first_face_keeps_only_members_projected_steps_would_keep(monkeypatch):
+    # theta 0.2 (band [0.8, 1.2]), K_ii 1, both pair diagonals 0.1. After coordinate
+    # descent a member's gradient is not zero: START_STEPS projected coordinate steps
+    # (10 x gradient / 1.1) decide whether its dual stays positive. Rows: a Z member below
+    # the band, a small Z member inside it, a B member above the band, a small B member
+    # inside it, a non-member below the band (joins Z), one inside it (stays out), and a
+    # Z member with a small positive gradient but a dual too large for ten steps to zero
+    m = 7
+    dual = nwt._Dual(None, np.ones(m), np.ones(m), np.full(m, 0.1), np.full(m, 0.1), 0.2,
+                     np.empty(m))
+    zs = np.array([1, 1, 0, 0, 0, 0, 1], dtype=bool)
+    bs = np.array([0, 0, 1, 1, 0, 0, 0], dtype=bool)
+    ysn = np.array([0.5, 0.01, -0.3, -0.01, 0.0, 0.0, 0.2])  # zeta on Z, -beta on B
+    u = np.array([0.5, 0.85, 1.5, 1.15, 0.5, 1.0, 0.79])
+    new_z, new_b = dual.next_states(zs, bs, ysn, u, start=True)
+    assert new_z.tolist() == [True, False, False, False, True, False, True]
+    assert new_b.tolist() == [False, False, True, False, False, False, False]
+    # after a face solve (members' gradients zero) members keep the sign of their dual
+    new_z, new_b = dual.next_states(zs, bs, ysn, u)
+    assert new_z.tolist() == [True, True, False, False, True, False, True]
+    assert new_b.tolist() == [False, False, True, True, False, False, False]
+    monkeypatch.setattr(nwt, "START_STEPS", 0.0)  # no steps: the sign rule
+    start_z, start_b = dual.next_states(zs, bs, ysn, u, start=True)
+    assert start_z.tolist() == new_z.tolist() and start_b.tolist() == new_b.tolist()
+
+
+def test_the_first_face_of_an_attempt_is_smaller_and_the_optimum_the_same(monkeypatch):
+    # 800 rows, lam 1e5, theta 0.2: at the first direct attempt coordinate descent has left
+    # many small duals the optimum sets to zero. Keeping only the members that projected
+    # steps keep makes the first (largest) factored face smaller and the factor work less,
+    # with the same optimum
+    rng = np.random.default_rng(3)
+    X = rng.random((800, 4))
+    y = np.where(X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=800) > 0, 1.0, -1.0)
+    kernel = Kernel("rbf", gamma=10.0)
+    params = ODMParams(lam=1e5, theta=0.2)
+    start = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=2000)
+    monkeypatch.setattr(nwt, "START_STEPS", 0.0)
+    plain = solve_kernel_dual(X, y, kernel, params, random_state=0, max_iter=2000)
+    assert start.converged and plain.converged
+    assert start.newton.factored[0] < 0.9 * plain.newton.factored[0]
+    assert start.newton.factor_work < plain.newton.factor_work
+    assert start.objective == pytest.approx(plain.objective, rel=1e-7)
+    for res in (start, plain):
+        assert kernel_kkt_violation(X, y, kernel, params, res.alpha) <= 1e-3
+
+
 @pytest.mark.parametrize(("face", "kkts", "pays", "attempts"), [
     (1150, list(np.geomspace(1.0, 0.3, 30)), True, 1),  # stalled 15 % above the limit
     (1090, list(np.geomspace(1.0, 0.3, 30)), True, 0),  # within 10 %: wait for the face
