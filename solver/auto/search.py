@@ -40,6 +40,10 @@ read the matrix the first of them computed (:mod:`solver.exact.kernel_memo`, at 
 fits' ``cache_size`` of matrices kept, least recently used dropped): the same values, the
 same choice, fewer kernel evaluations.
 
+**Pages mapped once** (always): the CV fits run inside ``solver.core.buffers.reuse()``, so a
+kernel matrix or face factor whose array is gone hands its mapped pages to the next one of
+about its size instead of mapping new ones.
+
 **Large lam predicted dearer** (``lam_cost_slope``, 0.5 by default): where the budget is
 above its floor, a kernel candidate's predicted cost is multiplied by ``1 + e slope (log10
 lam - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of
@@ -85,6 +89,7 @@ from typing import Any
 
 import numpy as np
 
+from solver.core import buffers
 from solver.core.cputime import CpuClock
 from solver.core.row_blocks import LazyRows
 from solver.exact.kernel_memo import KernelMemo
@@ -703,7 +708,8 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
         import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=1, user_api="blas"):
+        # the CV fits reuse each other's pages of kernel matrices and face factors
+        with threadpool_limits(limits=1, user_api="blas"), buffers.reuse():
             try:
                 best, rungs, stop = srch.run()
             finally:

@@ -234,3 +234,40 @@ def test_the_refinement_spends_at_most_the_budget_floor():
     small = SearchSettings(budget_floor_seconds=1e6)
     assert cv_table(run(small)) == cv_table(run(SearchSettings(**{**small.__dict__,
                                                                   "refine_capped": False})))
+
+
+def test_the_search_maps_the_pages_of_its_large_arrays_once_and_reuses_them(monkeypatch):
+    """The search's CV fits run inside ``buffers.reuse()``: a kernel matrix or face factor
+    whose array is gone hands its mapped pages to the next one of about its size, so the
+    search maps far fewer than it allocates, with the same CV table. (The 32 MB floor of
+    ``buffers`` is lowered so these small fits' matrices are mappings.)"""
+    import contextlib
+
+    from solver.core import buffers
+
+    monkeypatch.setattr(buffers, "_MIN_BYTES", 1 << 16)
+    made: list[int] = []
+    mapped: list[int] = []
+    init, plain = buffers._Mapping.__init__, buffers._mapped
+
+    def counted_init(self, nbytes: int) -> None:
+        made.append(nbytes)
+        init(self, nbytes)
+
+    def counted_mapped(nbytes: int):
+        mapped.append(nbytes)
+        return plain(nbytes)
+
+    monkeypatch.setattr(buffers._Mapping, "__init__", counted_init)
+    monkeypatch.setattr(buffers, "_mapped", counted_mapped)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=1)
+    reused = run(s)
+    reused_made, reused_mapped = len(made), len(mapped)
+    made.clear()
+    mapped.clear()
+    monkeypatch.setattr(buffers, "reuse", contextlib.nullcontext)
+    alone = run(s)
+    assert cv_table(reused) == cv_table(alone)
+    assert (reused.lam, reused.gamma) == (alone.lam, alone.gamma)
+    assert not made and len(mapped) >= 20  # one mapping per large array without reuse
+    assert reused_mapped == 0 and 0 < reused_made <= len(mapped) // 3
