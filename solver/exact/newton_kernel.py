@@ -53,6 +53,8 @@ __all__ = [
     "face_stalled",
     "epochs_left",
     "predicted_face",
+    "first_face",
+    "next_states",
     "pair_objective",
 ]
 
@@ -91,9 +93,10 @@ RATE_WINDOW = 5
 # a direct attempt may use this many state updates' worth of mat-vecs (each update: two
 # mat-vecs and a factorization counted at |S|^2 / 3m)
 DIRECT_BUDGET_UPDATES = 40
-# an attempt on a face of |S| rows out of m costs about 0.03 |S|^2 / m epochs of coordinate
-# descent; it is made only when coordinate descent's extrapolated epochs left exceed twice
-# that (else coordinate descent finishes first, and the question is asked again next epoch)
+# an attempt whose first face has |S| rows out of m (first_face) costs about 0.03 |S|^2 / m
+# epochs of coordinate descent; it is made only when coordinate descent's extrapolated epochs
+# left exceed twice that (else coordinate descent finishes first, and the question is asked
+# again next epoch)
 DIRECT_WORTH = 0.06
 
 # a face still above BLOCK_FACE times the direct limit over the last FACE_WINDOW epochs once
@@ -206,7 +209,8 @@ class NewtonSchedule:
         if epoch >= self.next_direct and (
                 face <= self.direct_settled
                 or face <= self.direct_max and face_stalled(self.face_history)):
-            if epochs_left(kkts, tol) < DIRECT_WORTH * face * face / m:
+            first = first_face(f, self.y, alpha, self.kdiag, self.dz, self.db, self.theta)
+            if epochs_left(kkts, tol) < DIRECT_WORTH * first * first / m:
                 return False
             self.next_direct = RETRY_FACTOR * epoch
             return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
@@ -542,22 +546,10 @@ class _Dual:
 
     def next_states(self, zs, bs, ysn, u, start: bool = False
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """States predicted from the solution: members keep their sign, non-members join Z
-        below the band (``u < 1 - theta``) and B above it. ``start`` (the iterate is
-        coordinate descent's, not a face solution, so members' gradients are not zero):
-        members keep their state only where ``START_STEPS`` projected coordinate steps along
-        their gradient would leave the dual positive."""
-        theta = self.theta
-        keep_z, keep_b = ysn > 0, ysn < 0
-        if start:
-            grad_z = u - (1.0 - theta) + self.dz * ysn  # d objective / d zeta on Z
-            grad_b = (1.0 + theta) - u - self.db * ysn  # d objective / d beta on B
-            keep_z &= ysn > START_STEPS * grad_z / (self.kdiag + self.dz)
-            keep_b &= -ysn > START_STEPS * grad_b / (self.kdiag + self.db)
-        new_z = np.where(zs, keep_z, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
-        new_b = np.where(bs, keep_b, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
-        new_z &= ~new_b
-        return new_z, new_b
+        """:func:`next_states` of this problem (``start``: from coordinate descent's
+        iterate)."""
+        return next_states(zs, bs, ysn, u, self.theta,
+                           (self.kdiag, self.dz, self.db) if start else None)
 
     def solve_face(self, S, zside, nu, target, left, abort, direct_max, faces,
                    f_fixed: np.ndarray | None = None) -> tuple[np.ndarray | None, int]:
@@ -697,11 +689,40 @@ def block_rows(f, y, alpha, kdiag, theta, size: int) -> np.ndarray:
     return free
 
 
+def next_states(zs, bs, ysn, u, theta: float,
+                start: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """States predicted from a solution (``ysn = y nu``, ``u = y f``): members keep their
+    sign, non-members join Z below the band (``u < 1 - theta``) and B above it. ``start`` =
+    ``(kdiag, dz, db)`` when the iterate is coordinate descent's, not a face solution (so
+    members' gradients are not zero): members keep their state only where ``START_STEPS``
+    projected coordinate steps along their gradient would leave the dual positive."""
+    keep_z, keep_b = ysn > 0, ysn < 0
+    if start is not None:
+        kdiag, dz, db = start
+        grad_z = u - (1.0 - theta) + dz * ysn  # d objective / d zeta on Z
+        grad_b = (1.0 + theta) - u - db * ysn  # d objective / d beta on B
+        keep_z &= ysn > START_STEPS * grad_z / (kdiag + dz)
+        keep_b &= -ysn > START_STEPS * grad_b / (kdiag + db)
+    new_z = np.where(zs, keep_z, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
+    new_b = np.where(bs, keep_b, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
+    new_z &= ~new_b
+    return new_z, new_b
+
+
 def predicted_face(f, y, alpha, theta) -> int:
     """Instances the next active-set step would solve for: nonzero pairs and margins outside
     the band."""
     u = y * f
     return int(np.count_nonzero(alpha.any(axis=1) | (u < 1.0 - theta) | (u > 1.0 + theta)))
+
+
+def first_face(f, y, alpha, kdiag, dz, db, theta) -> int:
+    """Rows of the first face an attempt from this iterate factors (:func:`next_states` with
+    ``start``): the predicted face less the members projected steps would drop."""
+    new_z, new_b = next_states(alpha[:, 0] > 0, alpha[:, 1] > 0, alpha[:, 0] - alpha[:, 1],
+                               y * f, theta, (kdiag, dz, db))
+    return int(np.count_nonzero(new_z | new_b))
 
 
 def pair_objective(f, y, alpha, dz, db, theta) -> float:

@@ -420,6 +420,28 @@ def test_a_direct_step_waits_while_coordinate_descent_is_about_to_finish(kkts, a
     assert sched.n_attempts == attempts
 
 
+@pytest.mark.parametrize(("duals", "attempts"), [(0.001, 1), (10.0, 0)])
+def test_a_direct_step_pays_by_the_face_it_would_factor_first(duals, attempts):
+    # 400 rows outside the band and 500 inside it with positive duals: a face of 900 as the
+    # sign rule counts it. Duals of 0.001 are ones ten projected steps drop, so the attempt
+    # would factor 400 rows first: worth it with ~20 epochs left (0.06 * 400^2 / 1,210 = 8),
+    # where 900 rows would not be (40); duals of 10 stay (ten steps of (0.5 + 0.03 * 10) /
+    # 1.03 each leave them positive), and the attempt waits
+    m = 1210
+    sched, f = _schedule_with_face(m, 400, lam=1e4)
+    alpha = np.zeros((m, 2))
+    alpha[400:900, 0] = duals
+    kdiag = np.ones(m)
+    assert nwt.predicted_face(f, sched.y, alpha, sched.theta) == 900 <= sched.direct_settled
+    first = nwt.first_face(f, sched.y, alpha, kdiag, sched.dz, sched.db, sched.theta)
+    assert first == (400 if duals < 0.01 else 900)
+    kkts = list(np.geomspace(1.0, 0.1, 12))
+    left = nwt.epochs_left(kkts, 1e-3)
+    assert nwt.DIRECT_WORTH * 400 ** 2 / m < left < nwt.DIRECT_WORTH * 900 ** 2 / m
+    sched.after_epoch(len(kkts), kkts, alpha, f, 1e-3)
+    assert sched.n_attempts == attempts
+
+
 def _face_systems(m: int, n: int, seed: int, gamma: float, cache_mb: float):
     """Data, an RBF kernel, its column store (whole matrix or column cache) and faces."""
     X, _ = _data(m=m, n=n, seed=seed)
