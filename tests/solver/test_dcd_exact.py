@@ -638,21 +638,20 @@ def test_the_first_face_keeps_only_members_projected_steps_would_keep(monkeypatc
     # inside it, a non-member below the band (joins Z), one inside it (stays out), and a
     # Z member with a small positive gradient but a dual too large for ten steps to zero
     m = 7
-    dual = nwt._Dual(None, np.ones(m), np.ones(m), np.full(m, 0.1), np.full(m, 0.1), 0.2,
-                     np.empty(m))
+    start = (np.ones(m), np.full(m, 0.1), np.full(m, 0.1))  # kdiag, dz, db
     zs = np.array([1, 1, 0, 0, 0, 0, 1], dtype=bool)
     bs = np.array([0, 0, 1, 1, 0, 0, 0], dtype=bool)
     ysn = np.array([0.5, 0.01, -0.3, -0.01, 0.0, 0.0, 0.2])  # zeta on Z, -beta on B
     u = np.array([0.5, 0.85, 1.5, 1.15, 0.5, 1.0, 0.79])
-    new_z, new_b = dual.next_states(zs, bs, ysn, u, start=True)
+    new_z, new_b = nwt.next_states(zs, bs, ysn, u, 0.2, start)
     assert new_z.tolist() == [True, False, False, False, True, False, True]
     assert new_b.tolist() == [False, False, True, False, False, False, False]
     # after a face solve (members' gradients zero) members keep the sign of their dual
-    new_z, new_b = dual.next_states(zs, bs, ysn, u)
+    new_z, new_b = nwt.next_states(zs, bs, ysn, u, 0.2)
     assert new_z.tolist() == [True, True, False, False, True, False, True]
     assert new_b.tolist() == [False, False, True, True, False, False, False]
     monkeypatch.setattr(nwt, "START_STEPS", 0.0)  # no steps: the sign rule
-    start_z, start_b = dual.next_states(zs, bs, ysn, u, start=True)
+    start_z, start_b = nwt.next_states(zs, bs, ysn, u, 0.2, start)
     assert start_z.tolist() == new_z.tolist() and start_b.tolist() == new_b.tolist()
 
 
