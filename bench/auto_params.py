@@ -83,7 +83,14 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "row_bound": info["row_bound"], "rungs": info["rungs"],
             "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
-            "final_levels": levels, "search_work": _search_work(info)}
+            "final_levels": levels, "plateau_rows": info.get("plateau_rows"),
+            "search_work": _search_work(info)}
+
+
+def _plateau(rows: int | None) -> str:
+    """The search's learning-curve plateau (``solver.auto.search.plateau_rows``), for the
+    counted work's line."""
+    return "; CV accuracy still rising" if rows is None else f"; flat from {rows} rows"
 
 
 def _search_work(info: dict[str, Any]) -> dict[str, Any]:
@@ -251,9 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "
                         f"(work {w['factor_work']:.3g}); kernel matrices "
                         f"{w.get('kernel_matrices') or 'one per fit'}; final fit " + "; ".join(
-                            f"level {lv['level']}: {lv['n_iter']} epochs, "
+                            f"level {lv['level']}: {lv['partitions']} partitions of "
+                            f"{lv['partition_size']} rows, {lv['n_iter']} epochs, "
                             f"{lv['factorizations']} factorizations"
-                            for lv in r["auto_odm"]["final_levels"]))
+                            for lv in r["auto_odm"]["final_levels"])
+                        + _plateau(r["auto_odm"]["plateau_rows"]))
     if len(args.seeds) > 1:
         print("\n" + _seed_summary(rows, args.datasets))
     print("\ncounted work (the same on any machine):\n" + "\n".join(work))

@@ -52,6 +52,14 @@ floor) / floor, at most 1, so the weight has no step at the floor. ``cv_tol``,
 ``refine_min_gain`` and ``select_se`` (the cheapest candidate within that many standard
 errors of the best, :meth:`_Search.pick`) are levers measured beside these, off by default.
 
+**The learning curve's plateau** (``plateau_points``, 0.1 by default): when the best CV
+accuracy of the last halving rung is less than 0.1 points above the previous rung's, models
+trained on the previous rung's fold-training rows were as accurate as on three times more,
+and the result says so (``plateau_rows``, :func:`plateau_rows`). SODM's final fit then cuts
+its partitions to about that size (at least its 5,000-row minimum) instead of the largest
+its cache holds (:func:`solver.sodm.hierarchy.plateau_p`); below its partitions' size the
+CV accuracy still rose. Only CV accuracies decide, so the choice is the same on any machine.
+
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
@@ -96,7 +104,8 @@ from solver.exact.kernel_memo import KernelMemo
 from solver.exceptions import FitCancelled
 
 __all__ = ["AUTO", "AUTO_PARAMS", "CostModel", "KERNEL_COST", "LINEAR_COST", "SearchSettings",
-           "AutoResult", "factored_faces", "is_auto", "search", "with_final_fit"]
+           "AutoResult", "factored_faces", "is_auto", "plateau_rows", "search",
+           "with_final_fit"]
 
 AUTO = "auto"
 AUTO_PARAMS = ("lam", "gamma", "theta")
@@ -178,6 +187,7 @@ class SearchSettings:
     share_kernels: bool = True
     select_se: float = 0.0
     refine_capped: bool = True
+    plateau_points: float | None = 0.1
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -228,6 +238,7 @@ class AutoResult:
     row_bound: int = 0
     settings: SearchSettings = field(default_factory=SearchSettings)
     kernel_matrices: dict[str, int] = field(default_factory=dict)
+    plateau_rows: int | None = None
 
     def info(self) -> dict[str, Any]:
         s = self.settings
@@ -258,6 +269,8 @@ class AutoResult:
             "budget_factor": s.budget_factor,
             "stop_reason": self.stop_reason,
             "kernel_matrices": self.kernel_matrices,
+            "plateau_rows": self.plateau_rows,
+            "plateau_points": s.plateau_points,
         }
 
 
@@ -311,6 +324,26 @@ def _stratified_order(y_idx: np.ndarray, folds: int, rng: np.random.Generator) -
         r[:folds] -= 1.0
         rank[idx] = r
     return np.argsort(rank, kind="stable")
+
+
+def plateau_rows(rungs: list[dict[str, Any]], table: list[_Score], folds: int,
+                 points: float | None) -> int | None:
+    """The training rows from which the learning curve is flat: the previous halving rung's
+    fold-training rows when the best CV accuracy of the last halving rung is less than
+    ``points`` accuracy points above that rung's; None while the curve still rises, with
+    fewer than two halving rungs or with ``points`` None."""
+    halving = [r for r in rungs if str(r["stage"]).startswith("halving")]
+    if points is None or len(halving) < 2:
+        return None
+    prev, last = halving[-2], halving[-1]
+
+    def best(rung: dict[str, Any]) -> float:
+        return max(sc.mean_accuracy for sc in table
+                   if sc.stage == rung["stage"] and sc.rows == rung["rows"])
+
+    if best(last) - best(prev) >= points / 100.0:
+        return None
+    return int(prev["rows"]) * (folds - 1) // folds
 
 
 def _stages_theta(s: SearchSettings, auto: tuple[str, ...]) -> bool:
@@ -728,7 +761,9 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                       final_fit_estimate_cpu_seconds=srch.final_estimate, stop_reason=stop,
                       row_bound=srch.row_bound, settings=s,
                       kernel_matrices={} if srch.memo is None else {
-                          "computed": srch.memo.computed, "shared": srch.memo.hits})
+                          "computed": srch.memo.computed, "shared": srch.memo.hits},
+                      plateau_rows=plateau_rows(rungs, srch.table, s.folds,
+                                                s.plateau_points))
 
 
 def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:

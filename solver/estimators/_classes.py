@@ -276,7 +276,9 @@ class SODMClassifier(ODMBase):
     p : int >= 2 or None, default=None
         Merge factor: ``p`` partitions of a level form one of the next. None: the smallest
         ``p`` whose level-1 partitions' float32 kernel fits ``cache_size``
-        (``solver.sodm.hierarchy.default_p``).
+        (``solver.sodm.hierarchy.default_p``); after an "auto" search whose CV accuracy
+        stopped rising (and ``levels`` None), partitions of about the rows where it
+        stopped, at least 5,000 (``solver.sodm.hierarchy.plateau_p``).
     levels : int >= 0 or None, default=None
         Levels of the hierarchy (``p**levels`` stratified partitions at the finest). None:
         the fewest whose partitions' kernel fits ``cache_size``
@@ -426,6 +428,20 @@ class SODMClassifier(ODMBase):
     def _algorithm_for_kernel(self) -> str:
         return "sodm-dsvrg" if self._uses_dsvrg() else "sodm-hierarchical"
 
+    def merge_factor(self, n_rows: int, plateau_rows: int | None = None) -> int | None:
+        """The ``p`` of a kernel fit on ``n_rows`` rows: ``p`` when set; else, after an
+        "auto" search whose learning curve was flat from ``plateau_rows`` rows
+        (``solver.auto.search.plateau_rows``) and with ``levels`` None, partitions of about
+        that many rows (:func:`solver.sodm.hierarchy.plateau_p`); else None (the solver's
+        default)."""
+        if self.p is not None:
+            return int(self.p)
+        if plateau_rows is None or self.levels is not None or self._uses_dsvrg():
+            return None
+        from solver.sodm.hierarchy import plateau_p
+
+        return plateau_p(n_rows, plateau_rows, float(self.cache_size))
+
     def _solve_problem(self, Z, y, kernel, params, *, seed, Z_val, y_val, progress,
                        should_stop, sample_weight=None):
         opt = {k: v for k, v in {"n_strata": self.n_strata,
@@ -448,7 +464,8 @@ class SODMClassifier(ODMBase):
             if getattr(self, name) is not None:
                 opt[name] = getattr(self, name)
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
-        res = sodm_kernel(Z, y, kernel, params, p=None if self.p is None else int(self.p),
+        p = self.merge_factor(Z.shape[0], getattr(self, "_plateau_rows", None))
+        res = sodm_kernel(Z, y, kernel, params, p=p,
                           warm_start=self.warm_start_scaling, n_jobs=n_jobs,
                           tol=float(self.tol),
                           max_iter=int(self.max_iter), cache_size=float(self.cache_size),

@@ -35,6 +35,9 @@ Defaults (the measurements behind them, with their commands, are in ``docs/desig
   partitions are more accurate at about the same CPU (fewer, larger kernel blocks), so
   ``cache_size`` trades memory for accuracy; a partition larger than the cache would run
   from the column cache, with faces too large for the direct Newton step.
+  After an "auto" search whose learning curve was flat, the estimators pass
+  :func:`plateau_p` instead: partitions of about the rows from which CV accuracy stopped
+  rising, at least ``MIN_LEVEL_PARTITION_ROWS``.
 * ``levels``: the fewest ``L >= 1`` whose partitions fit ``cache_size`` the same way, with
   no partition under ``MIN_LEVEL_PARTITION_ROWS`` rows and at most ``MAX_LEVELS`` levels
   (0 levels, the exact solver, below ``2 p * MIN_LEVEL_PARTITION_ROWS`` rows); see
@@ -103,6 +106,7 @@ __all__ = [
     "solve_groups",
     "validation_accuracy",
     "default_p",
+    "plateau_p",
     "default_levels",
     "resolve_structure",
     "stratify",
@@ -170,6 +174,15 @@ def default_p(n_rows: int, cache_size: float = 512.0) -> int:
     have a float32 kernel within ``cache_size`` MB (module docstring)."""
     fit_rows = max(1, int(math.sqrt(float(cache_size) * _MB / 4.0)))
     return max(2, math.ceil(int(n_rows) / fit_rows))
+
+
+def plateau_p(n_rows: int, rows: int, cache_size: float = 512.0) -> int:
+    """The merge factor for level-1 partitions of about ``rows`` rows (the auto search's
+    learning-curve plateau, ``solver.auto.search.plateau_rows``): ``n_rows // rows`` with
+    ``rows`` at least ``MIN_LEVEL_PARTITION_ROWS``, so every partition holds at least that
+    many, and never fewer partitions than :func:`default_p`."""
+    target = max(int(rows), MIN_LEVEL_PARTITION_ROWS)
+    return max(default_p(n_rows, cache_size), int(n_rows) // target)
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,26 @@ def test_nothing_to_search_reads_nothing(tmp_path):
                              progress=lambda f, m: None,
                              should_stop=lambda: bool(polls.append(1)))
     assert info is None and polls == [] and params["gamma"] == "auto"
+
+
+def test_a_flat_learning_curve_gives_the_spark_fit_the_local_partitions(tmp_path):
+    """Two separated blobs, 20,000 stored rows: the search on the stored rows finds the CV
+    accuracy flat, and ``choose`` sets the Spark fit's ``p`` to the partitions the local
+    fit cuts (4 of 5,000 rows, not the cache's 2); a request that gives ``p`` keeps it."""
+    rng = np.random.default_rng(5)
+    y = np.repeat([0, 1], 10_000)
+    X = rng.normal(size=(20_000, 2)) * 0.3 + np.where(y[:, None] == 1, 3.0, -3.0)
+    directory = _store(tmp_path, "blobs", X, y)
+    auto = {"lam": "auto", "gamma": "auto", "theta": "auto"}
+    params: dict = dict(auto)
+    info = spark_auto.choose(SODMClassifier(random_state=0, **auto), directory, None, y,
+                             params, progress=lambda f, m: None, should_stop=lambda: False)
+    assert info is not None and info["plateau_rows"] is not None
+    assert params["p"] == 4
+    local = SODMClassifier(random_state=0, **auto).fit(X, y)
+    assert [h["partitions"] for h in local.history_] == [4]
+    assert local.fit_info_["auto"]["chosen"] == info["chosen"]
+    given: dict = {**auto, "p": 3}
+    spark_auto.choose(SODMClassifier(random_state=0, p=3, **auto), directory, None, y, given,
+                      progress=lambda f, m: None, should_stop=lambda: False)
+    assert given["p"] == 3

@@ -271,3 +271,57 @@ def test_the_search_maps_the_pages_of_its_large_arrays_once_and_reuses_them(monk
     assert (reused.lam, reused.gamma) == (alone.lam, alone.gamma)
     assert not made and len(mapped) >= 20  # one mapping per large array without reuse
     assert reused_mapped == 0 and 0 < reused_made <= len(mapped) // 3
+
+
+def test_the_plateau_is_read_from_the_last_two_halving_rungs():
+    """``plateau_rows``: the previous halving rung's fold-training rows when the last rung's
+    best CV accuracy is less than ``points`` points above it; None while it rises by
+    ``points`` or more, with one halving rung, or with the rule off. Refinement scores on the
+    last rung's rows do not count."""
+    from solver.auto.search import _Point, _Score, plateau_rows
+
+    def score(stage: str, rows: int, acc: float) -> _Score:
+        return _Score(point=_Point(3.0, 0.0, 0.5), rows=rows, stage=stage, mean_accuracy=acc,
+                      std_accuracy=0.0, fold_accuracy=[acc] * 3, cpu_seconds=0.0, faces=[])
+
+    rungs = [{"stage": "halving 0", "rows": 700}, {"stage": "halving 1", "rows": 2100},
+             {"stage": "halving 2", "rows": 6300}]
+    table = [score("halving 0", 700, 0.90), score("halving 1", 2100, 0.950),
+             score("halving 1", 2100, 0.951), score("halving 2", 6300, 0.9515),
+             score("halving 2", 6300, 0.9400), score("refine", 6300, 0.999)]
+    assert plateau_rows(rungs, table, 3, 0.1) == 1400
+    assert plateau_rows(rungs, table, 3, 0.04) is None  # rose by 0.05 points
+    assert plateau_rows(rungs, table, 5, 0.1) == 1680
+    assert plateau_rows(rungs, table, 3, None) is None
+    assert plateau_rows(rungs[:1], table, 3, 0.1) is None
+    rising = table[:-2] + [score("halving 2", 6300, 0.9611)]
+    assert plateau_rows(rungs, rising, 3, 0.1) is None
+    theta_stage = [rungs[0], {"stage": "theta", "rows": 700}]
+    assert plateau_rows(theta_stage, table, 3, 0.1) is None
+
+
+def test_a_flat_learning_curve_gives_the_final_fit_smaller_partitions():
+    """Two separated blobs (every rung's CV accuracy 1.0): the search reports the plateau,
+    and SODM's final fit cuts 20,000 rows into partitions of at least 5,000 (p 4) instead of
+    the two its 512 MB cache holds; the model is the one an explicit ``p=4`` fits. With
+    ``p`` or ``levels`` given, or the linear DSVRG solver, the plateau sets nothing."""
+    from solver import SODMClassifier
+    from solver.sodm.hierarchy import default_p, plateau_p
+
+    rng = np.random.default_rng(5)
+    y = np.repeat([0, 1], 10_000)
+    X = rng.normal(size=(20_000, 2)) * 0.3 + np.where(y[:, None] == 1, 3.0, -3.0)
+    auto = SODMClassifier(random_state=0).set_params(lam="auto", gamma="auto",
+                                                     theta="auto").fit(X, y)
+    info = auto.fit_info_["auto"]
+    assert info["plateau_rows"] is not None and info["plateau_rows"] < 5000
+    assert default_p(20_000) == 2 and plateau_p(20_000, info["plateau_rows"]) == 4
+    assert [h["partitions"] for h in auto.history_] == [4]
+    fixed = SODMClassifier(lam=auto.lam_, gamma=auto.gamma_, theta=auto.theta_, p=4,
+                           random_state=0).fit(X, y)
+    assert np.array_equal(auto.decision_function(X), fixed.decision_function(X))
+    assert SODMClassifier(p=3).merge_factor(20_000, 1400) == 3
+    assert SODMClassifier(levels=1).merge_factor(20_000, 1400) is None
+    assert SODMClassifier(kernel="linear").merge_factor(20_000, 1400) is None
+    assert SODMClassifier().merge_factor(20_000, None) is None
+    assert SODMClassifier().merge_factor(59_535, 1470) == 11

@@ -67,7 +67,8 @@ def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: 
            sample_weight: np.ndarray | None = None) -> dict[str, Any] | None:
     """Run ``est``'s search on the job's training rows (``train_rows``: row ids, None for
     every row; ``y_train`` their labels) and put the chosen values of the "auto"
-    parameters into ``params``; the search's record (``fit_info["auto"]`` without the final
+    parameters into ``params``, with SODM's ``p`` where the search's learning curve was
+    flat (as the local fit sets it); the search's record (``fit_info["auto"]`` without the final
     fit), None when there was nothing to search (gamma "auto" with the linear kernel is
     unused). ``weight_feature``/``sample_weight``: the request's weight column (its stored
     position, the training rows' values, none of them 0)."""
@@ -81,6 +82,12 @@ def choose(est: Any, dataset_dir: Path, train_rows: np.ndarray | None, y_train: 
                            progress=lambda f, m, _r: progress(f, m), should_stop=should_stop)
     if info is not None:
         params.update({name: info["chosen"][name] for name in info["auto"]})
+        # the local fit's partitions after a flat learning curve (SODMClassifier)
+        merge_factor = getattr(est, "merge_factor", None)
+        p = None if merge_factor is None else merge_factor(len(y_train),
+                                                           info.get("plateau_rows"))
+        if p is not None:
+            params["p"] = p
     return info
 
 
