@@ -88,9 +88,9 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
 
 
 def _plateau(rows: int | None) -> str:
-    """The search's learning-curve plateau (``solver.auto.search.plateau_rows``), for the
-    counted work's line."""
-    return "; CV accuracy still rising" if rows is None else f"; flat from {rows} rows"
+    """The search's learning-curve plateau (``solver.auto.search.plateau_rows``; none while
+    the curve rises or with one halving rung), for the counted work's line."""
+    return "; no plateau" if rows is None else f"; CV accuracy flat from {rows} rows"
 
 
 def _search_work(info: dict[str, Any]) -> dict[str, Any]:
