@@ -49,8 +49,10 @@ above its floor, a kernel candidate's predicted cost is multiplied by ``1 + e sl
 lam - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of
 rows alone does not see), so the budget buys fewer of the slowest fits; ``e`` = (budget -
 floor) / floor, at most 1, so the weight has no step at the floor. ``cv_tol``,
-``refine_min_gain`` and ``select_se`` (the cheapest candidate within that many standard
-errors of the best, :meth:`_Search.pick`) are levers measured beside these, off by default.
+``refine_min_gain``, ``select_se`` (the cheapest candidate within that many standard
+errors of the best, :meth:`_Search.pick`) and ``theta_rung`` (the rung whose promoted
+candidates get the other thetas; 0, the first) are levers measured beside these, off by
+default.
 
 **The learning curve's plateau** (``plateau_points``, 0.1 by default): when the best CV
 accuracy of the last halving rung is less than 0.1 points above the previous rung's, models
@@ -188,6 +190,7 @@ class SearchSettings:
     select_se: float = 0.0
     refine_capped: bool = True
     plateau_points: float | None = 0.1
+    theta_rung: int = 0
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -597,10 +600,12 @@ class _Search:
             ranked = self.rung(rungs, f"halving {r}", rows, cands)
             keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
-            if staged and r == 0:
+            if staged and r == s.theta_rung:
                 cands = self.all_thetas(cands)
-        if staged and len(rungs) == 1:
-            # no later rung took the other thetas: score them on the first rung's rows
+        if staged and len(rungs) <= s.theta_rung + 1:
+            # no later rung took the other thetas: score them on the last rung's rows
+            if len(rungs) <= s.theta_rung:
+                cands = self.all_thetas(cands)
             rows = ranked[0].rows
             todo = [p for p in cands if (p, rows) not in self.scores][:max(0, self.fits(rows))]
             if todo:

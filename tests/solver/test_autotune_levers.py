@@ -6,6 +6,8 @@ measured by ``bench.auto_params``)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from solver import ODMClassifier
@@ -325,3 +327,26 @@ def test_a_flat_learning_curve_gives_the_final_fit_smaller_partitions():
     assert SODMClassifier(kernel="linear").merge_factor(20_000, 1400) is None
     assert SODMClassifier().merge_factor(20_000, None) is None
     assert SODMClassifier().merge_factor(59_535, 1470) == 11
+
+
+def test_theta_rung_defers_the_other_thetas_to_a_later_rung():
+    """``theta_rung=1`` (off by default, 0): the first two rungs score the middle theta
+    only; the (lam, gamma) pairs the second promotes get the other thetas on its rows
+    (stage "theta") when no later rung runs. With 0 the second rung scores every theta."""
+    X, y = checkerboard(1800, 4)
+
+    def searched(theta_rung: int):
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={}, auto=("lam", "gamma", "theta"),
+                      seed=0, settings=SearchSettings(budget_floor_seconds=1e6,
+                                                      refine_rounds=0, theta_rung=theta_rung))
+
+    late, early = searched(1), searched(0)
+    assert [r["stage"] for r in late.rungs] == ["halving 0", "halving 1", "theta"]
+    assert [r["stage"] for r in early.rungs] == ["halving 0", "halving 1"]
+    thetas = {r["stage"]: {t["theta"] for t in late.table if t["stage"] == r["stage"]}
+              for r in late.rungs}
+    assert thetas == {"halving 0": {0.5}, "halving 1": {0.5}, "theta": {0.2, 0.8}}
+    promoted = {(t["lam"], t["gamma"]) for t in late.table if t["stage"] == "theta"}
+    assert len(promoted) == math.ceil(late.rungs[1]["candidates"] / 3)
+    assert {t["theta"] for t in early.table if t["stage"] == "halving 1"} == {0.2, 0.5, 0.8}
