@@ -59,8 +59,9 @@ accuracy of the last halving rung is less than 0.1 points above the previous run
 trained on the previous rung's fold-training rows were as accurate as on three times more,
 and the result says so (``plateau_rows``, :func:`plateau_rows`). SODM's final fit then cuts
 its partitions to about that size (at least its 5,000-row minimum) instead of the largest
-its cache holds (:func:`solver.sodm.hierarchy.plateau_p`); below its partitions' size the
-CV accuracy still rose. Only CV accuracies decide, so the choice is the same on any machine.
+its cache holds (:func:`solver.sodm.hierarchy.plateau_p`); while the curve still rises
+the partitions stay as large as the cache allows. Only CV accuracies decide, so the choice
+is the same on any machine.
 
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
