@@ -116,6 +116,11 @@ MAX_STATE_UPDATES = 40
 # the iterate would keep it (coordinate descent leaves many small duals that the optimum
 # sets to zero, and the first face is the attempt's largest factorization)
 START_STEPS = 10.0
+# ... but only when the sign rule's first face holds more than START_SHARE of the rows:
+# coordinate descent's small duals inflate large faces (up to 90 % of the rows where the
+# optimum's face holds half), while on a small face the trimmed rows come back and cost a
+# second factorization (skin_nonskin, about a tenth of the rows; docs/design-notes.md)
+START_SHARE = 0.2
 # state prediction needs only rough solves: residual target LOOSE_TOL * tol ...
 LOOSE_TOL = 10.0
 # ... until at most 1/SETTLED_DIV of the face (and at least SETTLED_MIN rows) changes state;
@@ -695,15 +700,24 @@ def next_states(zs, bs, ysn, u, theta: float,
     """States predicted from a solution (``ysn = y nu``, ``u = y f``): members keep their
     sign, non-members join Z below the band (``u < 1 - theta``) and B above it. ``start`` =
     ``(kdiag, dz, db)`` when the iterate is coordinate descent's, not a face solution (so
-    members' gradients are not zero): members keep their state only where ``START_STEPS``
-    projected coordinate steps along their gradient would leave the dual positive."""
+    members' gradients are not zero): where that face holds more than ``START_SHARE`` of
+    the rows, members keep their state only where ``START_STEPS`` projected coordinate
+    steps along their gradient would leave the dual positive."""
     keep_z, keep_b = ysn > 0, ysn < 0
-    if start is not None:
-        kdiag, dz, db = start
-        grad_z = u - (1.0 - theta) + dz * ysn  # d objective / d zeta on Z
-        grad_b = (1.0 + theta) - u - db * ysn  # d objective / d beta on B
-        keep_z &= ysn > START_STEPS * grad_z / (kdiag + dz)
-        keep_b &= -ysn > START_STEPS * grad_b / (kdiag + db)
+    new_z, new_b = _states(zs, bs, keep_z, keep_b, ysn, u, theta)
+    if start is None or np.count_nonzero(new_z | new_b) <= START_SHARE * ysn.size:
+        return new_z, new_b
+    kdiag, dz, db = start
+    grad_z = u - (1.0 - theta) + dz * ysn  # d objective / d zeta on Z
+    grad_b = (1.0 + theta) - u - db * ysn  # d objective / d beta on B
+    keep_z &= ysn > START_STEPS * grad_z / (kdiag + dz)
+    keep_b &= -ysn > START_STEPS * grad_b / (kdiag + db)
+    return _states(zs, bs, keep_z, keep_b, ysn, u, theta)
+
+
+def _states(zs, bs, keep_z, keep_b, ysn, u, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Members (``zs``/``bs``) stay where ``keep_z``/``keep_b``; the others join Z below the
+    band and B above it."""
     new_z = np.where(zs, keep_z, (~bs | (ysn >= 0)) & (u < 1.0 - theta))
     new_b = np.where(bs, keep_b, (~zs | (ysn <= 0)) & (u > 1.0 + theta))
     new_z &= ~new_b

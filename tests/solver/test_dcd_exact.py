@@ -636,7 +636,8 @@ def test_the_first_face_keeps_only_members_projected_steps_would_keep(monkeypatc
     # (10 x gradient / 1.1) decide whether its dual stays positive. Rows: a Z member below
     # the band, a small Z member inside it, a B member above the band, a small B member
     # inside it, a non-member below the band (joins Z), one inside it (stays out), and a
-    # Z member with a small positive gradient but a dual too large for ten steps to zero
+    # Z member with a small positive gradient but a dual too large for ten steps to zero;
+    # the sign rule's face (6 of 7 rows) holds more than START_SHARE of the rows
     m = 7
     start = (np.ones(m), np.full(m, 0.1), np.full(m, 0.1))  # kdiag, dz, db
     zs = np.array([1, 1, 0, 0, 0, 0, 1], dtype=bool)
@@ -650,6 +651,15 @@ def test_the_first_face_keeps_only_members_projected_steps_would_keep(monkeypatc
     new_z, new_b = nwt.next_states(zs, bs, ysn, u, 0.2)
     assert new_z.tolist() == [True, True, False, False, True, False, True]
     assert new_b.tolist() == [False, False, True, True, False, False, False]
+    # the same seven rows among 30 more inside the band: the sign rule's face (6 rows) holds
+    # at most START_SHARE (a fifth) of the 37, and is kept whole
+    pad = np.zeros(30, dtype=bool)
+    wide = (np.r_[zs, pad], np.r_[bs, pad], np.r_[ysn, np.zeros(30)], np.r_[u, np.ones(30)])
+    wide_start = tuple(np.r_[a, np.full(30, a[0])] for a in start)
+    assert nwt.START_SHARE * 37 >= 6
+    small_z, small_b = nwt.next_states(*wide, 0.2, wide_start)
+    assert small_z[:m].tolist() == new_z.tolist() and small_b[:m].tolist() == new_b.tolist()
+    assert not (small_z[m:] | small_b[m:]).any()
     monkeypatch.setattr(nwt, "START_STEPS", 0.0)  # no steps: the sign rule
     start_z, start_b = nwt.next_states(zs, bs, ysn, u, 0.2, start)
     assert start_z.tolist() == new_z.tolist() and start_b.tolist() == new_b.tolist()
