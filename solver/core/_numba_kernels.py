@@ -47,6 +47,34 @@ def _pair_step(ui, z, b, kii, dz, db, theta):
     return v, gz, gb, nz, nb
 
 
+# updates of kernel_sweep applied to f together: one pass over f reads BLOCK columns, so
+# the columns stream from memory side by side (docs/design-notes.md, "Four columns per pass")
+BLOCK = 4
+
+
+@njit(cache=True, inline="always")
+def _apply(f, cache, slots, coef, n):
+    """``f += sum_k coef[k] * cache[slots[k]]`` for the first ``n`` pending updates."""
+    m = f.shape[0]
+    if n == BLOCK:
+        c0 = cache[slots[0]]
+        c1 = cache[slots[1]]
+        c2 = cache[slots[2]]
+        c3 = cache[slots[3]]
+        d0 = coef[0]
+        d1 = coef[1]
+        d2 = coef[2]
+        d3 = coef[3]
+        for j in range(m):
+            f[j] += (d0 * c0[j] + d1 * c1[j]) + (d2 * c2[j] + d3 * c3[j])
+        return
+    for k in range(n):
+        col = cache[slots[k]]
+        d = coef[k]
+        for j in range(m):
+            f[j] += d * col[j]
+
+
 @njit(cache=True)
 def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alpha, f,
                  dz, db, theta, active, shrink_thr, shrinking, stats, skip):
@@ -56,14 +84,23 @@ def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alp
     whose update needs a kernel column that is not cached (``slot[i] < 0``); nothing is
     changed for that instance, so the caller fetches the column and resumes there.
     ``stats`` accumulates [max violation seen, number shrunk, number of updates].
+
+    The updates are exact and in order, but ``f`` takes them ``BLOCK`` at a time: until then
+    an instance's margin adds the pending updates' entries of its own row (``K`` is
+    symmetric, so ``cache[s][i]`` is ``K(i, i_s)``). ``f`` is whole again on return.
     """
-    m = f.shape[0]
+    slots = np.empty(BLOCK, dtype=np.int64)
+    coef = np.empty(BLOCK)
+    n = 0
     for p in range(start, stop):
         i = order[p]
         z = alpha[i, 0]
         b = alpha[i, 1]
         yi = y[i]
-        v, gz, gb, nz, nb = _pair_step(yi * f[i], z, b, kdiag[i], dz[i], db[i], theta)
+        fi = f[i]
+        for k in range(n):
+            fi += coef[k] * cache[slots[k]][i]
+        v, gz, gb, nz, nb = _pair_step(yi * fi, z, b, kdiag[i], dz[i], db[i], theta)
         if shrinking and z == 0.0 and b == 0.0 and gz > shrink_thr and gb > shrink_thr:
             active[i] = False
             stats[1] += 1.0
@@ -79,15 +116,19 @@ def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alp
             continue
         s = slot[i]
         if s < 0:
+            _apply(f, cache, slots, coef, n)
             return p
         last_used[s] = tick
         alpha[i, 0] = nz
         alpha[i, 1] = nb
-        dd = d * yi
-        col = cache[s]
-        for j in range(m):
-            f[j] += dd * col[j]
+        slots[n] = s
+        coef[n] = d * yi
+        n += 1
         stats[2] += 1.0
+        if n == BLOCK:
+            _apply(f, cache, slots, coef, n)
+            n = 0
+    _apply(f, cache, slots, coef, n)
     return stop
 
 

@@ -744,3 +744,49 @@ def test_large_faces_wait_until_coordinate_descent_stops_shrinking_them():
     assert not any(nwt.face_stalled(shrinking[:e]) for e in range(1, len(shrinking) + 1))
     assert not any(nwt.face_stalled(hovering[:e]) for e in range(1, len(hovering)))
     assert nwt.face_stalled(hovering)
+
+
+def _sequential_sweep(order, K, kdiag, y, alpha, f, dz, db, theta):
+    """Reference: one coordinate update at a time, ``f`` updated after each."""
+    for i in order:
+        z, b = alpha[i]
+        r = y[i] * f[i] - kdiag[i] * (z - b)
+        nz = (1 - theta - r) / (kdiag[i] + dz[i]) if r < 1 - theta else 0.0
+        nb = (r - 1 - theta) / (kdiag[i] + db[i]) if r > 1 + theta else 0.0
+        f += ((nz - nb) - (z - b)) * y[i] * K[i]
+        alpha[i] = nz, nb
+
+
+@pytest.mark.parametrize("all_cached", [True, False])
+def test_the_blocked_sweep_makes_the_sequential_updates(all_cached):
+    """``kernel_sweep`` applies its updates to ``f`` four columns at a time but decides each
+    one on the margin the updates before it left: the same duals and margins as one update
+    at a time, with rows visited twice in one block (merged duplicates); where a column is
+    not cached it stops there with ``f`` whole."""
+    X, y = _data(m=80, seed=3)
+    K = kernel_matrix(Kernel("rbf", gamma=2.0), X, X)
+    params = ODMParams(lam=30.0, theta=0.3)
+    dz, db = diag_vectors(params, 80.0, 80)
+    rng = np.random.default_rng(1)
+    order = rng.permutation(np.r_[np.arange(80), np.arange(0, 80, 7)]).astype(np.int64)
+    slot = np.arange(80, dtype=np.int64)
+    # not cached: the row first visited at position q (>= 50) of the order
+    q = next(q for q in range(50, len(order)) if order[q] not in order[:q])
+    if not all_cached:
+        slot[order[q]] = -1
+    alpha, f = np.zeros((80, 2)), np.zeros(80)
+    ref_a, ref_f = alpha.copy(), f.copy()
+    kdiag = np.diag(K).copy()
+    stats = np.zeros(3)
+    for _ in range(3):  # three epochs, from a cold start
+        p = nk.kernel_sweep(order, 0, len(order), slot, K, np.zeros(80, dtype=np.int64), 1,
+                            kdiag, y, alpha, f, dz, db, params.theta,
+                            np.ones(80, dtype=np.bool_), np.inf, False, stats, 0.0)
+        stop = p if p < len(order) else len(order)
+        _sequential_sweep(order[:stop], K, kdiag, y, ref_a, ref_f, dz, db, params.theta)
+        np.testing.assert_allclose(alpha, ref_a, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(f, K @ (y * (alpha[:, 0] - alpha[:, 1])), atol=1e-10)
+        if not all_cached:
+            assert p == q and stats[2] > 10
+            break
+    assert stats[2] > (200 if all_cached else 10)
