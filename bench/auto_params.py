@@ -105,7 +105,7 @@ def _search_work(info: dict[str, Any]) -> dict[str, Any]:
             "kernel_matrices": info.get("kernel_matrices") or {},
             "factor_work": float(sum(float(s) ** 3 for s in faces) / 3.0),
             "refine_cpu_s": float(sum(r["cpu_seconds"] for r in info["cv_table"]
-                                      if r["stage"] == "refine")),
+                                      if r["stage"].startswith("refine"))),
             "candidates": [{"lam": r["lam"], "gamma_mult": r["gamma_mult"],
                             "theta": r["theta"], "rows": r["rows"], "stage": r["stage"],
                             "accuracy": r["mean_accuracy"], "cpu_s": r["cpu_seconds"],

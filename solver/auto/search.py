@@ -192,6 +192,7 @@ class SearchSettings:
     refine_capped: bool = True
     plateau_points: float | None = 0.1
     theta_rung: int = 0
+    refine_screen: bool = False
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -614,7 +615,7 @@ class _Search:
                 ranked = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
                                 key=self.preference)
         rows = ranked[0].rows
-        best, refine_stop = self._refine(self.pick(rows), rows)
+        best, refine_stop = self._refine(self.pick(rows), rows, self.screen_rows(rungs, rows))
         if refine_stop == "budget":
             stop = "budget"
         return best, rungs, stop
@@ -664,7 +665,26 @@ class _Search:
         return gain >= self.s.refine_min_gain or (
             gain >= 0 and sc.point.log_lam < best.point.log_lam)
 
-    def _refine(self, best: _Score, rows: int) -> tuple[_Score, str]:
+    def screen_rows(self, rungs: list[dict[str, Any]], rows: int) -> int | None:
+        """The rows a refinement step is screened on (``refine_screen``): the halving rung's
+        before the last one's, when the last rung is a halving rung on ``rows``; else None."""
+        halving = [int(r["rows"]) for r in rungs if str(r["stage"]).startswith("halving")]
+        if (not self.s.refine_screen or self.s.select_se > 0 or len(halving) < 2
+                or halving[-1] != rows or str(rungs[-1]["stage"]) == "theta"):
+            return None
+        return halving[-2]
+
+    def screened_out(self, q: _Point, best: _Score, rows: int) -> bool:
+        """Whether neighbour ``q`` fails its screen on ``rows`` (the previous rung's): it
+        would not move the refinement from ``best`` there (both scored on those rows)."""
+        return not self.moves(self.score(q, rows, "refine screen"),
+                              self.score(best.point, rows, "refine screen"))
+
+    def _refine(self, best: _Score, rows: int,
+                screen: int | None = None) -> tuple[_Score, str]:
+        """Pattern search around ``best`` on ``rows`` rows. With ``screen`` rows (the previous
+        rung's, ``refine_screen``), a neighbour is first scored there and goes on to
+        ``rows`` only where it would move the search on those rows too."""
         step, tstep = self.s.log_step, self.s.theta_step
         # refine_capped: the refinement spends at most the budget's floor
         cap = self.predicted + (self.s.budget_floor_seconds if self.s.refine_capped
@@ -676,6 +696,12 @@ class _Search:
                 for q in self._neighbours(best.point, step, tstep):
                     if (q, rows) in self.scores:
                         continue
+                    if screen is not None:
+                        cost = self.candidate_seconds(q, screen)
+                        if cost > self.left() or self.predicted + cost > cap:
+                            return best, "budget"
+                        if self.screened_out(q, best, screen):
+                            continue
                     cost = self.candidate_seconds(q, rows)
                     if cost > self.left() or self.predicted + cost > cap:
                         return best, "budget"

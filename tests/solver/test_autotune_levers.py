@@ -350,3 +350,27 @@ def test_theta_rung_defers_the_other_thetas_to_a_later_rung():
     promoted = {(t["lam"], t["gamma"]) for t in late.table if t["stage"] == "theta"}
     assert len(promoted) == math.ceil(late.rungs[1]["candidates"] / 3)
     assert {t["theta"] for t in early.table if t["stage"] == "halving 1"} == {0.2, 0.5, 0.8}
+
+
+def test_refine_screen_scores_each_neighbour_on_the_previous_rung_first():
+    """``refine_screen`` (off by default): a refinement neighbour is scored on the previous
+    halving rung's rows first and reaches the last rung's rows only where it would move the
+    search there too; the rungs are the same as without the screen."""
+    s = SearchSettings(budget_floor_seconds=1e6, min_rows=100, refine_screen=True)
+    res = run(s)
+    plain = run(SearchSettings(**{**s.__dict__, "refine_screen": False}))
+    halving = [r["rows"] for r in res.rungs if r["stage"].startswith("halving")]
+    assert len(halving) >= 2 and res.rungs == [
+        {**r, "cpu_seconds": c["cpu_seconds"]}
+        for r, c in zip(plain.rungs, res.rungs, strict=True)]
+
+    def points(res, stage):
+        return [(r["lam"], r["gamma"], r["theta"]) for r in res.table if r["stage"] == stage]
+
+    screen, refine = points(res, "refine screen"), points(res, "refine")
+    assert screen and all(r["rows"] == halving[-2] for r in res.table
+                          if r["stage"] == "refine screen")
+    assert all(r["rows"] == halving[-1] for r in res.table if r["stage"] == "refine")
+    assert set(refine) < set(screen)  # some neighbours stopped at their screen
+    assert len(refine) < len(points(plain, "refine"))
+    assert "refine screen" not in {r["stage"] for r in plain.table}
