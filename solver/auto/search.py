@@ -50,9 +50,10 @@ lam - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which 
 rows alone does not see), so the budget buys fewer of the slowest fits; ``e`` = (budget -
 floor) / floor, at most 1, so the weight has no step at the floor. ``cv_tol``,
 ``refine_min_gain``, ``select_se`` (the cheapest candidate within that many standard
-errors of the best, :meth:`_Search.pick`) and ``theta_rung`` (the rung whose promoted
-candidates get the other thetas; 0, the first) are levers measured beside these, off by
-default.
+errors of the best, :meth:`_Search.pick`), ``theta_rung`` (the rung whose promoted
+candidates get the other thetas; 0, the first) and ``refine_screen`` (a refinement
+neighbour scored on the previous rung's rows first) are levers measured beside these, off
+by default.
 
 **The learning curve's plateau** (``plateau_points``, 0.1 by default): when the best CV
 accuracy of the last halving rung is less than 0.1 points above the previous rung's, models
