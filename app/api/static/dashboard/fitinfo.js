@@ -4,7 +4,8 @@
 
 import { dl, fmtNum, fmtPct, h, table } from "./ui.js";
 
-const STAGE_ORDER = (s) => (s === "refine" ? 1e6 : Number(String(s).split(" ")[1]) || 0);
+// a tie-break: halving rungs by number (the theta stage as 0), the refinement and its screen last
+const STAGE_ORDER = (s) => (String(s).startsWith("refine") ? 1e6 : Number(String(s).split(" ")[1]) || 0);
 
 /** The "auto" search of ``fitInfo`` as a card body, or null when nothing was auto. */
 export function autoSearch(fitInfo) {
