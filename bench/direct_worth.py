@@ -18,7 +18,8 @@ is twice it; ``--compare W1 W2`` instead runs every fit at both values, alternat
     PYTHONPATH=. .venv/bin/python bench/direct_worth.py [--compare 0.06 0.1] [--rounds 2] \
         [--datasets ijcnn1 cod-rna]
 
-``docs/design-notes.md`` ("A direct step only when it pays") records the runs.
+``docs/design-notes.md`` ("A direct step only when it pays") has the first derivation of
+the constant, made fit by fit with ``bench.single_fit`` before this command existed.
 """
 
 from __future__ import annotations
