@@ -3,7 +3,8 @@
 ``NewtonSchedule`` makes a direct attempt only when coordinate descent's extrapolated epochs
 left exceed ``DIRECT_WORTH * |S|^2 / m`` (``|S|`` the attempt's first face, ``m`` the rows
 the solve runs on): twice what an attempt is expected to cost. This command prices it on
-partition-sized fits (``bench.single_fit``, each run its own process, one BLAS thread):
+partition-sized fits and fits the size of the search's CV folds (``bench.single_fit``, each
+run its own process, one BLAS thread):
 
 * ``never``: no direct attempt (``--direct-worth inf``): ``E`` epochs, ``T`` CPU s;
 * ``one``: the same fit stopped after one epoch (``--max-iter 1``): the setup ``T1``;
@@ -115,7 +116,7 @@ def compare(fits: list[tuple], worths: list[float], rounds: int) -> None:
     for r in range(rounds):
         for spec in fits:
             for w in worths:
-                m, t, e, faces = _fit(spec, "--direct-worth", repr(w))
+                _, t, e, faces = _fit(spec, "--direct-worth", repr(w))
                 if r == rounds - 1:
                     totals[w] += t
                 print(f"round {r}, DIRECT_WORTH {w:g}: {_label(spec)}: {t:.2f} CPU s, "
