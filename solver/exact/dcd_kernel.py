@@ -240,7 +240,7 @@ def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: 
     kdiag = kernel_diag(kernel, X)
     f = store.margins(y * (alpha[:, 0] - alpha[:, 1]))
     schedule = newton_kernel.NewtonSchedule.for_store(
-        store, kdiag, y, dz, db, theta) if newton else None
+        store, kdiag, y, dz, db, theta, max_iter) if newton else None
     n_iter, kkt, converged, stopped = _epochs(
         store, kdiag, y, alpha, f, dz, db, theta, rng=rng, poll=_StopPoll(should_stop),
         schedule=schedule, tol=tol, max_iter=max_iter, shrinking=shrinking, visits=visits)

@@ -98,6 +98,11 @@ DIRECT_BUDGET_UPDATES = 40
 # left exceed twice that (else coordinate descent finishes first, and the question is asked
 # again next epoch)
 DIRECT_WORTH = 0.06
+# ... plus twice a cost that does not grow with the face (each state update's small solves
+# and bookkeeping, ~1.5e8 multiply-adds of coordinate descent, whose epochs make about
+# m |face| of them, |face| the sign rule's): it decides small fits, where an epoch takes
+# well under a millisecond
+DIRECT_FIXED = 3e8
 
 # a face still above BLOCK_FACE times the direct limit over the last FACE_WINDOW epochs once
 # it has stopped shrinking (under 3 % per window: 15 epochs or more from the limit) gets a
@@ -188,15 +193,18 @@ class NewtonSchedule:
     face_history: list[int] = field(default_factory=list)
     n_attempts: int = 0
     faces: FaceSystems | None = None
+    max_iter: float = float("inf")  # the solve's epochs: coordinate descent stops there
 
     @classmethod
     def for_store(cls, store: ColumnStore, kdiag, y, dz: np.ndarray,
-                  db: np.ndarray, theta: float) -> NewtonSchedule:
-        """The schedule of a solve on ``store``: its direct steps factor faces within
-        ``store.factor_bytes``."""
+                  db: np.ndarray, theta: float, max_iter: float = float("inf")
+                  ) -> NewtonSchedule:
+        """The schedule of a solve on ``store`` of at most ``max_iter`` epochs: its direct
+        steps factor faces within ``store.factor_bytes``."""
         direct_max = max(DIRECT_MIN_FACE, int(np.sqrt(store.factor_bytes / store.face_bytes)))
         return cls(store, kdiag, y, dz, db, float(theta), direct_max,
-                   min(direct_max, DIRECT_MAX_FACE), faces=FaceSystems(store))
+                   min(direct_max, DIRECT_MAX_FACE), faces=FaceSystems(store),
+                   max_iter=float(max_iter))
 
     def work(self) -> NewtonWork:
         """What this solve's Newton steps did so far."""
@@ -215,7 +223,9 @@ class NewtonSchedule:
                 face <= self.direct_settled
                 or face <= self.direct_max and face_stalled(self.face_history)):
             first = first_face(f, self.y, alpha, self.kdiag, self.dz, self.db, self.theta)
-            if epochs_left(kkts, tol) < DIRECT_WORTH * first * first / m:
+            # (an attempt is made anyway where coordinate descent would run out of epochs)
+            worth = min(attempt_epochs(first, face, m), self.max_iter - epoch)
+            if epochs_left(kkts, tol) < worth:
                 return False
             self.next_direct = RETRY_FACTOR * epoch
             return self._attempt(alpha, f, tol, abort, direct_budget(face, m), direct=True)
@@ -510,6 +520,13 @@ def face_stalled(hist: list[int], window: int = FACE_WINDOW) -> bool:
     ``window`` before."""
     return len(hist) >= 2 * window and \
         min(hist[-window:]) > FACE_SHRINK * min(hist[-2 * window:-window])
+
+
+def attempt_epochs(first: int, face: int, m: int) -> float:
+    """Twice what a direct attempt costs in epochs of coordinate descent on ``m`` rows whose
+    face has ``face`` rows, the attempt's first face ``first`` (``DIRECT_WORTH``,
+    ``DIRECT_FIXED``)."""
+    return DIRECT_WORTH * first * first / m + DIRECT_FIXED / (m * max(face, 1))
 
 
 def epochs_left(kkts: list[float], tol: float) -> float:

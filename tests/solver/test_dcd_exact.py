@@ -408,25 +408,28 @@ def test_cg_on_a_stalled_face_within_twice_the_limit_only_when_nearly_every_row_
 ])
 def test_a_direct_step_waits_while_coordinate_descent_is_about_to_finish(kkts, attempts):
     # a face of 900 of 1,210 rows, within what a direct step factors: an attempt costs about
-    # 0.03 * 900^2 / 1,210 = 20 epochs, so it is made only when coordinate descent's
-    # extrapolated epochs left exceed twice that (an ijcnn1.t partition converged in 30
-    # epochs, 1.3 s, where the attempt at epoch 5 took 4.0 s)
+    # 0.03 * 900^2 / 1,210 = 20 epochs plus a fixed 1.5e8 / (1,210 * 900) = 138, so it is
+    # made only when coordinate descent's extrapolated epochs left exceed twice that (an
+    # ijcnn1.t partition converged in 30 epochs, 1.3 s, where the attempt at epoch 5 took
+    # 4.0 s)
     m, face = 1210, 900
     sched, f = _schedule_with_face(m, face, lam=1e4)
     assert face <= sched.direct_settled
     left = nwt.epochs_left(kkts, 1e-3)
-    assert (left < nwt.DIRECT_WORTH * face * face / m) == (attempts == 0)
+    assert (left < nwt.attempt_epochs(face, face, m)) == (attempts == 0)
     sched.after_epoch(len(kkts), kkts, np.zeros((m, 2)), f, 1e-3)
     assert sched.n_attempts == attempts
 
 
 @pytest.mark.parametrize(("duals", "attempts"), [(0.001, 1), (10.0, 0)])
-def test_a_direct_step_pays_by_the_face_it_would_factor_first(duals, attempts):
+def test_a_direct_step_pays_by_the_face_it_would_factor_first(duals, attempts, monkeypatch):
     # 400 rows outside the band and 500 inside it with positive duals: a face of 900 as the
     # sign rule counts it. Duals of 0.001 are ones ten projected steps drop, so the attempt
     # would factor 400 rows first: worth it with ~20 epochs left (0.06 * 400^2 / 1,210 = 8),
     # where 900 rows would not be (40); duals of 10 stay (ten steps of (0.5 + 0.03 * 10) /
-    # 1.03 each leave them positive), and the attempt waits
+    # 1.03 each leave them positive), and the attempt waits. (The fixed cost, the same for
+    # both, is left out: at this size it would outweigh either.)
+    monkeypatch.setattr(nwt, "DIRECT_FIXED", 0.0)
     m = 1210
     sched, f = _schedule_with_face(m, 400, lam=1e4)
     alpha = np.zeros((m, 2))
@@ -439,6 +442,30 @@ def test_a_direct_step_pays_by_the_face_it_would_factor_first(duals, attempts):
     left = nwt.epochs_left(kkts, 1e-3)
     assert nwt.DIRECT_WORTH * 400 ** 2 / m < left < nwt.DIRECT_WORTH * 900 ** 2 / m
     sched.after_epoch(len(kkts), kkts, alpha, f, 1e-3)
+    assert sched.n_attempts == attempts
+
+
+@pytest.mark.parametrize(("fixed", "max_iter", "attempts"), [
+    (None, None, 0),
+    (0.0, None, 1),
+    (None, 60, 1),  # 50 epochs left to the solve: coordinate descent would not finish
+])
+def test_a_direct_step_on_a_small_fit_pays_its_fixed_cost_too(fixed, max_iter, attempts,
+                                                              monkeypatch):
+    # a face of 900 of 1,210 rows and about 100 epochs left: the factorization alone (40
+    # epochs, twice counted) would be worth it, but an attempt's state updates cost about
+    # as much again whatever the face (a fold of svmguide1, 3,089 rows: an attempt took
+    # 0.11 s where an epoch takes 0.4 ms), and at this size that decides it
+    m, face = 1210, 900
+    kkts = list(np.geomspace(1.0, 0.5, 10))
+    left = nwt.epochs_left(kkts, 1e-3)
+    assert nwt.DIRECT_WORTH * face * face / m < left < nwt.attempt_epochs(face, face, m)
+    if fixed is not None:
+        monkeypatch.setattr(nwt, "DIRECT_FIXED", fixed)
+    sched, f = _schedule_with_face(m, face, lam=1e4)
+    if max_iter is not None:
+        sched.max_iter = max_iter
+    sched.after_epoch(len(kkts), kkts, np.zeros((m, 2)), f, 1e-3)
     assert sched.n_attempts == attempts
 
 
