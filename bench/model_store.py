@@ -1,9 +1,10 @@
 """Models in Postgres: the cost of storing and loading the largest benchmark model.
 
-cod-rna.t's SODM model in docs/benchmarks.md has 171,400 support vectors of 8 features. This
-builds a model of exactly that shape from cod-rna.t's own first 171,400 rows (min-max scaled,
-seeded random dual coefficients: the bytes have the size and entropy of the real model's),
-then, in one command, on a fresh Postgres database migrated by this tree:
+cod-rna.t's SODM model in docs/benchmarks.md has about 171,400 support vectors of 8 features
+(171,399 in its latest run). This builds a model of 171,400 from cod-rna.t's own first
+171,400 rows (min-max scaled, seeded random dual coefficients: the bytes have the size and
+entropy of the real model's), then, in one command, on a fresh Postgres database migrated
+by this tree:
 
 * ``dump``: the portable file's bytes (``solver.io.model_io``) and their size;
 * ``insert``: the model row and its ``model_blobs`` row in one transaction;

@@ -83,9 +83,9 @@ def test_deleting_a_model_deletes_its_bytes(api_server, tenant, datasets_dir, cl
 
 
 def test_the_largest_benchmark_model_round_trips(stack_env, make_tenant):
-    """cod-rna.t's SODM model in docs/benchmarks.md has 171,400 support vectors (8 features):
-    a model of that size is stored with its row and loads back with the same decision
-    values (sha256 checked)."""
+    """cod-rna.t's SODM model in docs/benchmarks.md has about 171,400 support vectors (8
+    features; 171,399 in its latest run): a model of that size is stored with its row and
+    loads back with the same decision values (sha256 checked)."""
     from app.services.model_registry import model_store
     from solver import SODMClassifier
     from solver.estimators import build_fitted
