@@ -98,10 +98,10 @@ DIRECT_BUDGET_UPDATES = 40
 # left exceed twice that (else coordinate descent finishes first, and the question is asked
 # again next epoch)
 DIRECT_WORTH = 0.06
-# ... plus twice a cost that does not grow with the face (each state update's small solves
-# and bookkeeping, ~1.5e8 multiply-adds of coordinate descent, whose epochs make about
-# m |face| of them, |face| the sign rule's): it decides small fits, where an epoch takes
-# well under a millisecond
+# ... plus twice what an attempt costs beyond its factorization on a small fit (mat-vecs with
+# the face's columns, small solves, bookkeeping: ~1.5e8 multiply-adds of coordinate
+# descent, whose epochs make about m |face| of them, |face| the sign rule's): it decides fits
+# of a few thousand rows, where an epoch takes well under a millisecond
 DIRECT_FIXED = 3e8
 
 # a face still above BLOCK_FACE times the direct limit over the last FACE_WINDOW epochs once
