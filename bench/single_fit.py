@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--direct-worth", type=float, default=None,
                     help="the Newton schedule's DIRECT_WORTH for this process (0: every "
                          "direct attempt the face allows; inf: none; default: the solver's)")
+    ap.add_argument("--direct-fixed", type=float, default=None,
+                    help="the Newton schedule's DIRECT_FIXED for this process (0: no fixed "
+                         "cost per attempt; default: the solver's)")
     a = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
@@ -45,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.direct_worth is not None:
         newton_kernel.DIRECT_WORTH = a.direct_worth
+    if a.direct_fixed is not None:
+        newton_kernel.DIRECT_FIXED = a.direct_fixed
 
     s = load_split(a.dataset)
     X, y = np.asarray(s.X_train, dtype=float), s.y_train  # min-max scaled by load_split
