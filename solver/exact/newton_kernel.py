@@ -143,9 +143,10 @@ REFINE_MIN_GAIN = 0.5
 # a face that differs from the factored one by at most this share of its rows (removed,
 # added or switched side) is solved from that factor ...
 UPDATE_SHARE = 0.25
-# ... when that costs less than factoring the new face: k triangular right-hand sides on a
-# base of n rows cost about UPDATE_RHS_COST * k n^2 multiply-adds against s^3 / 3 for a face
-# of s rows (a base of 6,010 rows less 1,177: 8.5e10 against 3.8e10)
+# ... when that costs less than factoring the new face: k triangular right-hand sides (the
+# removed and added rows whose columns are not kept yet) on a base of n rows cost about
+# UPDATE_RHS_COST * k n^2 multiply-adds against s^3 / 3 for a face of s rows (a base of
+# 6,010 rows less 1,177: 8.5e10 against 3.8e10)
 UPDATE_RHS_COST = 2.0
 
 
@@ -276,7 +277,12 @@ class FaceSystems:
     * removed rows ``R`` (base positions): ``A_TT^-1 v`` on the kept rows ``T`` is
       ``z_T - Y_T C^-1 z_R`` with ``z = A_B^-1 [v; 0]``, ``Y = A_B^-1 E_R`` and
       ``C = Y_R`` (the Schur complement of the inverse, ``|R| x |R|``);
-    * added rows ``N``: bordering, ``Sc = A_NN - A_NT A_TT^-1 A_TN`` (``|N| x |N|``).
+    * added rows ``N``: bordering, ``Sc = A_NN - A_NT A_TT^-1 A_TN`` (``|N| x |N|``), with
+      ``A_TT^-1 A_TN`` from ``A_B^-1 K_BN`` less ``Y K_RN``.
+
+    The columns ``Y`` and ``A_B^-1 K_BN`` are kept per row until the next factorization
+    (successive faces remove and add mostly the same rows), so only rows new to the base's
+    updates cost triangular solves.
 
     Either way the solve is float32-accurate, and float64 iterative refinement against the
     exact matrix (the full matrix's rows, ``K[:, S] x``, or in column-cache mode a float64
@@ -299,6 +305,10 @@ class FaceSystems:
         # columns of the base's inverse computed so far (base position -> index in ycols)
         self.ycol = np.full(store.m, -1, dtype=np.int64)
         self.ycols: list[np.ndarray] = []
+        # ... and of the base's inverse times the K columns of rows added since (row -> index
+        # in gcols)
+        self.gcol = np.full(store.m, -1, dtype=np.int64)
+        self.gcols: list[np.ndarray] = []
         self.n_factored = 0  # factorizations that succeeded (tests read it)
         self.factored: list[int] = []  # the size of every face factored, failed ones too
         self.n_updated = 0  # faces solved from the base factor
@@ -345,6 +355,8 @@ class FaceSystems:
         self.pos[:] = -1
         self.ycol[:] = -1
         self.ycols = []
+        self.gcol[:] = -1
+        self.gcols = []
         if K_SS is None:
             A = self.store.block(S, np.float32)
         else:
@@ -396,6 +408,22 @@ class FaceSystems:
             self.ycols.extend(cols.T)
         return np.stack([self.ycols[c] for c in self.ycol[R]], axis=1)
 
+    def _border_columns(self, N: np.ndarray, K_NB: np.ndarray) -> np.ndarray:
+        """``A_B^-1 K_BN`` (float32) for the added rows ``N`` (row indices; ``K_NB`` their
+        kernel rows on the base), from the columns kept since the base was factored plus the
+        missing ones: successive faces add mostly the same rows, and each face's bordered
+        solve needs them whatever it removes (:meth:`_from_base`)."""
+        have = self.gcol[N] >= 0
+        miss = np.flatnonzero(~have)
+        if miss.size:
+            E = np.asfortranarray(K_NB[miss].T, dtype=np.float32)  # LAPACK's order
+            E *= np.float32(self.root)
+            cols = cho_solve(self.fac, E, check_finite=False)
+            cols *= np.float32(self.root)
+            self.gcol[N[miss]] = np.arange(len(self.gcols), len(self.gcols) + miss.size)
+            self.gcols.extend(cols.T)
+        return np.stack([self.gcols[c] for c in self.gcol[N]], axis=1)
+
     def _from_base(self, S: np.ndarray, D: np.ndarray):
         """The float32 solve of this face from the base factor, or ``None`` when the face
         differs from the base by more than ``UPDATE_SHARE`` of its rows, when its new
@@ -413,7 +441,13 @@ class FaceSystems:
         new = np.flatnonzero(~same)
         if R.size + new.size > UPDATE_SHARE * n:
             return None
-        rhs = int(np.count_nonzero(self.ycol[R] < 0)) + new.size  # columns not kept yet
+        g_miss = int(np.count_nonzero(self.gcol[S[new]] < 0))
+        if len(self.gcols) + g_miss > UPDATE_SHARE * n:
+            # the kept bordering columns stay within a quarter of the factor's memory
+            self.gcol[:] = -1
+            self.gcols = []
+            g_miss = new.size
+        rhs = int(np.count_nonzero(self.ycol[R] < 0)) + g_miss  # columns not kept yet
         if UPDATE_RHS_COST * rhs * n * n > S.size ** 3 / 3.0:
             return None
         try:
@@ -426,6 +460,10 @@ class FaceSystems:
                 Z[tp] = V * np.float32(root)
                 Z = cho_solve(fac, Z, check_finite=False)
                 Z *= np.float32(root)
+                return finish_kept(Z)
+
+            def finish_kept(Z: np.ndarray) -> np.ndarray:
+                # A_TT^-1 V from Z = A_B^-1 [V; 0]
                 if R.size:
                     # on a nearly singular Y[R] this overflows float32 to inf / NaN: the
                     # NaN residual is never a best iterate of _refine, and solve() then
@@ -439,7 +477,12 @@ class FaceSystems:
                 T = S[same]
                 K_NS = store.cache[store.slot[S[new]]]  # the new rows of K (all columns)
                 B = np.ascontiguousarray(K_NS[:, T].T, dtype=np.float32)  # A_TN
-                W = solve_kept(B).astype(np.float64)
+                # A_TT^-1 A_TN is solve_kept(B); its first step, A_B^-1 [A_TN; 0], is
+                # A_B^-1 K_BN (kept per row) less Y K_RN, which zeroes the removed rows
+                Z = self._border_columns(S[new], K_NS[:, base])
+                if R.size:
+                    Z = Z - Y @ np.ascontiguousarray(K_NS[:, base[R]].T, dtype=np.float32)
+                W = finish_kept(Z).astype(np.float64)
                 Bt = B.T.astype(np.float64)  # A_NT
                 Sc = K_NS[:, S[new]].astype(np.float64)
                 Sc[np.diag_indices_from(Sc)] += D[new]

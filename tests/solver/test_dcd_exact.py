@@ -560,6 +560,29 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
     assert faces.n_factored == (2 if store.full else 3)
 
 
+def test_successive_faces_solve_each_added_row_from_the_base_once():
+    # faces from one base that add the same rows and remove different ones (one of the
+    # added rows moves between sides): each is solved from the base to full accuracy, and
+    # every added row's bordering column A_B^-1 K_Bn is solved once, kept for the next face
+    X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, 64.0)
+    S = np.arange(0, 300, 2, dtype=np.int64)
+    rng = np.random.default_rng(2)
+    faces.solve(S, np.full(S.size, 1e-2), rng.normal(size=S.size), 1e-10)
+    plan = ((S[3:], [1, 3]), (S[5:], [1, 3, 5]), (np.concatenate((S[:2], S[6:])), [1, 3, 5]))
+    for i, (kept, added) in enumerate(plan, start=1):
+        face = np.concatenate((kept, added)).astype(np.int64)
+        D = np.full(face.size, 1e-2)
+        D[-1] = 3e-2 if i == 3 else 1e-2  # row 5 moves to the other side in the last face
+        t = rng.normal(size=face.size)
+        x = faces.solve(face, D, t, 1e-10)
+        A = kernel_matrix(kernel, X[face]) + np.diag(D)
+        assert np.abs(A @ x - t).max() <= 1e-10
+        np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-7,
+                                   atol=1e-7 * np.abs(x).max())
+        assert (faces.n_factored, faces.n_updated) == (1, i)
+        assert len(faces.gcols) == len(added)  # rows 1, 3, 5, each solved once
+
+
 def test_a_face_whose_update_costs_more_than_a_factor_is_factored_anew():
     # 30 of 150 rows removed: within UPDATE_SHARE, but their 30 triangular solves on the
     # 150-row base (2 * 30 * 150^2 = 1.35e6) cost more than factoring the 120-row face
