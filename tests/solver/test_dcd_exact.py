@@ -561,9 +561,10 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
 
 
 def test_successive_faces_solve_each_added_row_from_the_base_once():
-    # faces from one base that add the same rows and remove different ones (one of the
-    # added rows moves between sides): each is solved from the base to full accuracy, and
-    # every added row's bordering column A_B^-1 K_Bn is solved once, kept for the next face
+    # faces from one base that add the same rows and remove different ones: each is solved
+    # from the base to full accuracy, and every added row's bordering column A_B^-1 K_Bn is
+    # solved once and kept for the next face (it holds no diagonal term, so it stays valid
+    # when the row moves to the other side, as row 5 does in the last face)
     X, kernel, store, faces = _face_systems(300, 3, 7, 1.0, 64.0)
     S = np.arange(0, 300, 2, dtype=np.int64)
     rng = np.random.default_rng(2)
@@ -572,7 +573,7 @@ def test_successive_faces_solve_each_added_row_from_the_base_once():
     for i, (kept, added) in enumerate(plan, start=1):
         face = np.concatenate((kept, added)).astype(np.int64)
         D = np.full(face.size, 1e-2)
-        D[-1] = 3e-2 if i == 3 else 1e-2  # row 5 moves to the other side in the last face
+        D[-1] = 3e-2 if i == 3 else 1e-2
         t = rng.normal(size=face.size)
         x = faces.solve(face, D, t, 1e-10)
         A = kernel_matrix(kernel, X[face]) + np.diag(D)
