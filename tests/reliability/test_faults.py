@@ -60,8 +60,9 @@ def test_postgres_outage_mid_job(client, pg_proxy, pg_url, start_api, start_work
     failing the job, the final commit is retried with backoff until Postgres is back, and
     the job ends SUCCEEDED once, on its first attempt."""
     proxied = via(pg_url, pg_proxy)
-    # a lease longer than the outage: the job is not reaped while its worker waits
-    w = start_worker(DATABASE_URL=proxied, SODM_JOB_LEASE_SECONDS="90")
+    # a lease longer than the outage, which lasts the rest of the training (tens of seconds
+    # on a slow, shared machine) and the retries: the job is not reaped while its worker waits
+    w = start_worker(DATABASE_URL=proxied, SODM_JOB_LEASE_SECONDS="300")
     api = start_api(DATABASE_URL=proxied)
     assert httpx.get(api.url + "/readyz", timeout=10).status_code == 200
     job = submit(client, {"dataset_id": guide["id"], "algorithm": "odm",
