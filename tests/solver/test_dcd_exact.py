@@ -535,6 +535,15 @@ def test_a_narrow_kernel_factors_without_subnormals(cache_mb):
         assert faces.n_updated == 1 and np.abs(A2 @ x2 - t[: S2.size]).max() <= 1e-10
 
 
+def _solved_exactly(faces, kernel, X, face, diag, t) -> None:
+    """``faces.solve`` meets the 1e-10 residual and agrees with a float64 dense solve."""
+    x = faces.solve(face, diag, t, 1e-10)
+    A = kernel_matrix(kernel, X[face]) + np.diag(diag)
+    assert np.abs(A @ x - t).max() <= 1e-10
+    np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-7,
+                               atol=1e-7 * np.abs(x).max())
+
+
 @pytest.mark.parametrize("cache_mb", [64.0, 0.05])
 def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
     # after a face is factored, a face that differs by a few rows (removed, added, moved to
@@ -549,12 +558,7 @@ def test_a_nearby_face_is_solved_from_the_last_factor(cache_mb):
     D2[:2] = 3e-2  # 2 rows switch side
     far = np.arange(1, 300, 2, dtype=np.int64)
     for face, diag in ((S, np.full(S.size, 1e-2)), (S2, D2), (far, np.full(far.size, 1e-2))):
-        t = rng.normal(size=face.size)
-        x = faces.solve(face, diag, t, 1e-10)
-        A = kernel_matrix(kernel, X[face]) + np.diag(diag)
-        assert np.abs(A @ x - t).max() <= 1e-10
-        np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-7,
-                                   atol=1e-7 * np.abs(x).max())
+        _solved_exactly(faces, kernel, X, face, diag, rng.normal(size=face.size))
         if face is S2:
             assert (faces.n_factored, faces.n_updated) == ((1, 1) if store.full else (2, 0))
     assert faces.n_factored == (2 if store.full else 3)
@@ -574,12 +578,7 @@ def test_successive_faces_solve_each_added_row_from_the_base_once():
         face = np.concatenate((kept, added)).astype(np.int64)
         D = np.full(face.size, 1e-2)
         D[-1] = 3e-2 if i == 3 else 1e-2
-        t = rng.normal(size=face.size)
-        x = faces.solve(face, D, t, 1e-10)
-        A = kernel_matrix(kernel, X[face]) + np.diag(D)
-        assert np.abs(A @ x - t).max() <= 1e-10
-        np.testing.assert_allclose(x, np.linalg.solve(A, t), rtol=1e-7,
-                                   atol=1e-7 * np.abs(x).max())
+        _solved_exactly(faces, kernel, X, face, D, rng.normal(size=face.size))
         assert (faces.n_factored, faces.n_updated) == (1, i)
         assert len(faces.gcols) == len(added)  # rows 1, 3, 5, each solved once
 
