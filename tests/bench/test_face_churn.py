@@ -1,0 +1,31 @@
+"""``bench.face_churn`` on a real large-lam fit: every face the Newton steps solved, each
+against the face before, ending on the optimum's face, and the optimum's effective dimension
+(docs/design-notes.md, "Why a large-lam fit factors several faces")."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.face_churn import main
+
+
+def test_the_faces_end_on_the_optimum_and_each_is_counted_against_the_last(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dataset", "svmguide1", "--rows", "1500", "--lam", "1e6", "--theta",
+                 "0.2"]) == 0
+    out = capsys.readouterr().out
+    optimum = int(re.search(r"the optimum's face (\d+) rows", out).group(1))
+    faces = re.findall(r"face +(\d+) rows, +(\d+) on the optimum's face \((factored|from the "
+                       r"factor)\)(?:: (\d+) removed, (\d+) added)?", out)
+    assert len(faces) >= 2, out
+    assert faces[0][2] == "factored" and faces[0][3] == ""  # the first has no face before
+    for (rows_before, *_), (rows, _, _, removed, added) in zip(faces, faces[1:], strict=False):
+        assert int(rows) == int(rows_before) - int(removed) + int(added)
+    last_rows, last_on = int(faces[-1][0]), int(faces[-1][1])
+    assert last_rows == last_on == optimum  # the last face solved is the optimum's
+    for d_eff in re.findall(r"effective dimension at the \w+ side's D = \S+: (\d+) of (\d+)",
+                            out):
+        assert 0 < int(d_eff[0]) < int(d_eff[1]) == optimum
+    assert len(re.findall(r"lam \S+: \d+ rows, \d+ on the same side", out)) == 2
