@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,22 +42,27 @@ class _Face:
     factored: bool
 
 
-def _record_faces() -> list[tuple[int, _Face]]:
-    """Wrap ``FaceSystems.solve`` (this process only) to keep every face it solves, by the
-    solve (the ``FaceSystems``) it belongs to."""
+@contextmanager
+def _recorded_faces() -> Iterator[list[tuple[int, _Face]]]:
+    """Every face ``FaceSystems.solve`` solves inside the block, by the solve (the
+    ``FaceSystems``) it belongs to; the method is restored on leaving."""
     from solver.exact.newton_kernel import FaceSystems
 
     seen: list[tuple[int, _Face]] = []
     solve = FaceSystems.solve
 
-    def recording(self, S, D, t, target):
+    def recording(self: FaceSystems, S: np.ndarray, D: np.ndarray, t: np.ndarray,
+                  target: float) -> np.ndarray | None:
         n = len(self.factored)
         x = solve(self, S, D, t, target)
         seen.append((id(self), _Face(S.copy(), D.copy(), len(self.factored) > n)))
         return x
 
-    FaceSystems.solve = recording
-    return seen
+    FaceSystems.solve = recording  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        FaceSystems.solve = solve  # type: ignore[method-assign]
 
 
 def _transitions(seen: list[tuple[int, _Face]], optimum: np.ndarray) -> None:
@@ -74,7 +82,7 @@ def _transitions(seen: list[tuple[int, _Face]], optimum: np.ndarray) -> None:
         last[key] = face
 
 
-def _sides(est, y) -> np.ndarray:
+def _sides(est: Any, y: np.ndarray) -> np.ndarray:
     """+1 (zeta), -1 (beta) or 0 per row at the fitted optimum."""
     yy = np.where(y == est.classes_[1], 1.0, -1.0)
     d = yy[est.support_] * est.dual_coef_[0]
@@ -92,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     X, y, gamma = subset(a.dataset, a.rows, a.seed, a.gamma_mult)
     _, first = np.unique(np.column_stack([X, y]), axis=0, return_index=True)
     X, y = X[np.sort(first)], y[np.sort(first)]
-    seen = _record_faces()
-    est, cpu = fit_subset(X, y, gamma, a.lam, a.theta)
+    with _recorded_faces() as seen:
+        est, cpu = fit_subset(X, y, gamma, a.lam, a.theta)
     side = _sides(est, y)
     print(f"{a.dataset} rows={len(y)} lam={a.lam:g} gamma={a.gamma_mult:g}x theta={a.theta:g} "
           f"seed={a.seed}: {cpu:.2f} CPU s, epochs {est.n_iter_}, the optimum's face "

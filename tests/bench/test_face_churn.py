@@ -29,3 +29,12 @@ def test_the_faces_end_on_the_optimum_and_each_is_counted_against_the_last(
                             out):
         assert 0 < int(d_eff[0]) < int(d_eff[1]) == optimum
     assert len(re.findall(r"lam \S+: \d+ rows, \d+ on the same side", out)) == 2
+
+
+def test_the_recording_leaves_the_solver_as_it_was(capsys: pytest.CaptureFixture[str]) -> None:
+    from solver.exact.newton_kernel import FaceSystems
+
+    solve = FaceSystems.solve
+    main(["--dataset", "svmguide1", "--rows", "600", "--lam", "1e6", "--theta", "0.2"])
+    capsys.readouterr()
+    assert FaceSystems.solve is solve
