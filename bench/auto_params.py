@@ -71,7 +71,7 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
     info = est.fit_info_["auto"]
     # the final fit's counted work per level (what its estimate is checked against)
     levels = [{k: h.get(k) for k in ("level", "partitions", "partition_size", "n_iter",
-                                     "factorizations", "factor_work")}
+                                     "factorizations", "factor_work", "partitions_planned")}
               for h in est.history_ if "level" in h]
     return {"accuracy": float(est.score(Xt, yt)), "chosen": info["chosen"],
             "gamma_mult": info["chosen"]["gamma"] / info["gamma_scale"],
@@ -258,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "
                         f"(work {w['factor_work']:.3g}); kernel matrices "
                         f"{w.get('kernel_matrices') or 'one per fit'}; final fit " + "; ".join(
-                            f"level {lv['level']}: {lv['partitions']} partitions of "
+                            f"level {lv['level']}: {lv['partitions']} "
+                            + (f"of {lv['partitions_planned']} " if lv.get("partitions_planned")
+                               else "") + f"partitions of "
                             f"{lv['partition_size']} rows, {lv['n_iter']} epochs, "
                             f"{lv['factorizations']} factorizations"
                             for lv in r["auto_odm"]["final_levels"])

@@ -51,9 +51,11 @@ rows alone does not see), so the budget buys fewer of the slowest fits; ``e`` = 
 floor) / floor, at most 1, so the weight has no step at the floor. ``cv_tol``,
 ``refine_min_gain``, ``select_se`` (the cheapest candidate within that many standard
 errors of the best, :meth:`_Search.pick`), ``theta_rung`` (the rung whose promoted
-candidates get the other thetas; 0, the first) and ``refine_screen`` (a refinement
-neighbour scored on the previous rung's rows first) are levers measured beside these, off
-by default.
+candidates get the other thetas; 0, the first), ``refine_screen`` (a refinement
+neighbour scored on the previous rung's rows first) and ``partition_gain`` (points: SODM's
+final fit stops adding level-1 partitions once one gains less held-out accuracy,
+:mod:`solver.sodm.partition_stop`; the local backend only) are levers measured beside
+these, off by default.
 
 **The learning curve's plateau** (``plateau_points``, 0.1 by default): when the best CV
 accuracy of the last halving rung is less than 0.1 points above the previous rung's, models
@@ -194,6 +196,7 @@ class SearchSettings:
     plateau_points: float | None = 0.1
     theta_rung: int = 0
     refine_screen: bool = False
+    partition_gain: float | None = None
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it

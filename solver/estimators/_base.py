@@ -300,12 +300,14 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         search_info = None
         # the rows from which the search's learning curve is flat (SODM's partitions)
         self._plateau_rows = None
+        self._partition_gain = None  # the search's partition_gain (SODM's final fit)
         if auto:
             res = self._auto_search(Xs, y, auto, gamma, seed,
                                     _shifted_progress(progress, 0.0, 0.5, ""), should_stop,
                                     self._cv_weights(sw, raw_sw))
             lam, gamma, theta = res.lam, res.gamma if "gamma" in auto else gamma, res.theta
             self._plateau_rows = res.plateau_rows
+            self._partition_gain = res.settings.partition_gain
             search_info = self._with_cv_score(res.info(), sample_weight)
             progress = _shifted_progress(progress, 0.5, 1.0, "final fit: ")
             final_clock = CpuClock().__enter__()

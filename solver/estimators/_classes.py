@@ -465,6 +465,11 @@ class SODMClassifier(ODMBase):
                 opt[name] = getattr(self, name)
         n_jobs = 1 if self.n_jobs is None else int(self.n_jobs)
         p = self.merge_factor(Z.shape[0], getattr(self, "_plateau_rows", None))
+        # after an "auto" search, a structure left to the solver may stop adding partitions
+        # (SearchSettings.partition_gain, in points)
+        gain = getattr(self, "_partition_gain", None)
+        if gain is not None and self.p is None and self.levels is None:
+            opt["partition_gain"] = float(gain) / 100.0
         res = sodm_kernel(Z, y, kernel, params, p=p,
                           warm_start=self.warm_start_scaling, n_jobs=n_jobs,
                           tol=float(self.tol),
@@ -478,12 +483,13 @@ class SODMClassifier(ODMBase):
 
             top = int(history[0]["level"])
             ids = level_ids(res.partitions, res.p, top, int(res.last_level))
-            alpha = average_local_duals(alpha, ids, sample_weight)
+            alpha = average_local_duals(alpha, ids, sample_weight, res.kept_partitions)
         return "alpha", alpha, history, bool(res.stopped)
 
 
 def average_local_duals(alpha: np.ndarray, ids: np.ndarray,
-                        sample_weight: np.ndarray | None = None) -> np.ndarray:
+                        sample_weight: np.ndarray | None = None,
+                        kept: np.ndarray | None = None) -> np.ndarray:
     """Put SODM's output (local duals of the last solved level) on the global ODM scale.
 
     Without a final global solve SODM returns the concatenation of the local ODM solutions of
@@ -493,12 +499,14 @@ def average_local_duals(alpha: np.ndarray, ids: np.ndarray,
     instead, i.e. ``alpha_i * m_k / M``: the same predictions (a positive rescaling when the
     sizes are equal, which the balanced partitions make them up to one row) and decision values
     on the ODM margin scale, so margin statistics and the theta band mean what they say.
-    With ``sample_weight`` a partition's size is its weights' sum.
+    With ``sample_weight`` a partition's size is its weights' sum. ``kept``: the partitions
+    in the model when the held-out gain rule dropped the others (their duals are zero), whose
+    sizes alone make up ``M``.
     """
     ids = np.asarray(ids, dtype=np.int64)
-    sizes = np.bincount(ids, weights=sample_weight)[ids].astype(np.float64)
-    total = float(len(ids) if sample_weight is None else np.sum(sample_weight))
-    return np.asarray(alpha, dtype=np.float64) * (sizes / total)[:, None]
+    part_sizes = np.bincount(ids, weights=sample_weight).astype(np.float64)
+    total = float(part_sizes.sum() if kept is None else part_sizes[kept].sum())
+    return np.asarray(alpha, dtype=np.float64) * (part_sizes[ids] / total)[:, None]
 
 
 class _PartitionedBaseline(ODMBase):

@@ -96,6 +96,7 @@ from solver.sodm.partition import (
     partition_members,
     stratified_partitions,
 )
+from solver.sodm.partition_stop import HeldOutCurve
 
 __all__ = [
     "SODMResult",
@@ -140,6 +141,9 @@ class SODMResult:
     strata: np.ndarray | None = None
     partitions: np.ndarray | None = None
     level_alpha: dict[int, np.ndarray] = field(default_factory=dict)
+    # level 1's partitions that the held-out gain rule kept (``partition_gain``); None when
+    # the rule did not run (every partition is in the model)
+    kept_partitions: np.ndarray | None = None
 
 
 @dataclass
@@ -354,7 +358,8 @@ class PoolLevels:
     def __init__(self, pool: TaskPool, X, y, kernel: Kernel, params: ODMParams,
                  finest: np.ndarray, p: int, levels: int, *, seed: int, tol: float,
                  max_iter: int, cache_size: float, shrinking: bool, X_val=None, y_val=None,
-                 keep_levels: bool = False, sample_weight: np.ndarray | None = None) -> None:
+                 keep_levels: bool = False, sample_weight: np.ndarray | None = None,
+                 partition_gain: float | None = None) -> None:
         self.pool, self.X, self.y, self.kernel, self.params = pool, X, y, kernel, params
         self.finest, self.p, self.levels = finest, p, levels
         self.solve_options = {"seed": seed, "tol": tol, "max_iter": max_iter,
@@ -366,6 +371,11 @@ class PoolLevels:
         self.alpha = np.zeros((X.shape[0], 2))
         self.level_alpha: dict[int, np.ndarray] = {}
         self._sizes: np.ndarray | None = None  # partition size of every row, last level
+        # level 1 (the only level) adds partitions while each gains this much held-out
+        # accuracy (solver.sodm.partition_stop); what it kept goes into the level's record
+        self.partition_gain = partition_gain
+        self.kept: dict[str, Any] = {}
+        self.kept_ids: np.ndarray | None = None
 
     def solve_level(self, step: LevelStep) -> LevelOutcome:
         lvl, M = step.level, self.X.shape[0]
@@ -376,20 +386,69 @@ class PoolLevels:
                             minlength=self.p ** lvl)[ids].astype(np.float64)
         if step.rescale and self._sizes is not None:
             self.alpha *= rescale_factors(self._sizes, sizes)[:, None]
-        outs = solve_groups(self.pool, self.X, self.y, self.kernel, self.params, self.alpha,
-                            groups, level=lvl, check_warm_start=step.check_warm_start,
-                            **self.solve_options)
+        if self.partition_gain is not None and lvl == 1 and len(groups) > 2 \
+                and groups[-1].size:
+            outs = self._solve_while_gaining(groups, step)
+        else:
+            outs = solve_groups(self.pool, self.X, self.y, self.kernel, self.params,
+                                self.alpha, groups, level=lvl,
+                                check_warm_start=step.check_warm_start, **self.solve_options)
         self._sizes = sizes
         if self.keep_levels:
             self.level_alpha[lvl] = self.alpha.copy()
         return LevelOutcome([o.summary() for o in outs],
                             stopped=any(o.stopped for o in outs) or self.pool.stop_requested)
 
+    def _solve_while_gaining(self, groups: list[np.ndarray], step: LevelStep
+                             ) -> list[PartitionOutcome]:
+        """Level 1's partitions in order, a batch of the pool's size at a time, until one
+        gains less than ``partition_gain`` on the last partition's rows (which are solved
+        only if none does; :mod:`solver.sodm.partition_stop`). The partitions after the one
+        that stopped the fit (solved in its batch) are dropped, so the kept ones do not
+        depend on the pool's size."""
+        held = groups[-1]
+        sw = self.sample_weight
+        curve = HeldOutCurve(self.y[held], self.partition_gain,
+                             None if sw is None else sw[held])
+        X_held = _rows(self.X, held)
+        order = [k for k in range(len(groups) - 1) if groups[k].size]
+        outs: list[PartitionOutcome] = []
+        stopped_at = None
+        for start in range(0, len(order), self.pool.n_jobs):
+            batch = order[start:start + self.pool.n_jobs]
+            part = [g if k in batch else g[:0] for k, g in enumerate(groups)]
+            got = solve_groups(self.pool, self.X, self.y, self.kernel, self.params,
+                               self.alpha, part, level=1,
+                               check_warm_start=step.check_warm_start, **self.solve_options)
+            for k, o in zip(batch, got, strict=True):
+                if stopped_at is not None:  # solved beside the one that stopped the fit
+                    self.alpha[groups[k]] = 0.0
+                    continue
+                outs.append(o)
+                nu = self.y[groups[k]] * (o.alpha[:, 0] - o.alpha[:, 1])
+                if o.stopped or curve.add(kernel_decision(_rows(self.X, groups[k]),
+                                                          self.kernel, nu, Z=X_held)):
+                    stopped_at = k
+            if stopped_at is not None:
+                break
+        if stopped_at is None:
+            outs += solve_groups(self.pool, self.X, self.y, self.kernel, self.params,
+                                 self.alpha, [g[:0] for g in groups[:-1]] + [held], level=1,
+                                 check_warm_start=step.check_warm_start, **self.solve_options)
+        self.kept_ids = np.array(order[:len(outs)] if len(outs) <= len(order)
+                                 else [*order, len(groups) - 1], dtype=np.int64)
+        self.kept = {"partitions_kept": len(outs), "partitions_planned": len(groups),
+                     "held_out_rows": int(held.size),
+                     "held_out_accuracy": [float(a) for a in curve.accuracies]}
+        return outs
+
     def record_extras(self, level: int) -> dict[str, Any]:
+        extras = dict(self.kept) if level == 1 else {}
         if self.X_val is None or self.y_val is None:
-            return {}
-        return {"val_accuracy": validation_accuracy(self.X, self.y, self.kernel, self.alpha,
-                                                    self.X_val, self.y_val)}
+            return extras
+        extras["val_accuracy"] = validation_accuracy(self.X, self.y, self.kernel, self.alpha,
+                                                     self.X_val, self.y_val)
+        return extras
 
 
 def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None,
@@ -400,7 +459,8 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
                 progress: ProgressFn | None = None, should_stop: StopFn | None = None,
                 convergence_test: bool = True, shrinking: bool = True,
                 landmark_candidates: int | None = None, keep_levels: bool = False,
-                sample_weight: np.ndarray | None = None) -> SODMResult:
+                sample_weight: np.ndarray | None = None,
+                partition_gain: float | None = None) -> SODMResult:
     """SODM Algorithm 1 (see the module docstring); ``y`` in {-1, +1}.
 
     ``levels=0`` (one partition) is the exact solver.  ``random_state`` is an int seed (None
@@ -411,6 +471,10 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
     ``landmark_candidates`` bounds the rows landmarks are chosen from (None:
     ``DEFAULT_LANDMARK_CANDIDATES``; a value >= M means all rows).  ``sample_weight``
     (positive) weights each row's loss; every partition's ``M`` is then its weights' sum.
+    ``partition_gain`` (a fraction, e.g. 0.001 for 0.1 points; one level and no final
+    global solve only): level 1 adds partitions while each raises the accuracy on the last
+    partition's rows by at least this much, and the rest stay zero
+    (:mod:`solver.sodm.partition_stop`; the level's record says how many were kept).
     """
     params.validate()
     kernel.validate()
@@ -420,6 +484,8 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
         raise ValueError(f"warm_start must be 'rescale' or 'literal', got {warm_start!r}")
     if not tol > 0:
         raise ValueError(f"tol must be > 0, got {tol!r}")
+    if partition_gain is not None and not 0 <= partition_gain < 1:
+        raise ValueError(f"partition_gain must be in [0, 1), got {partition_gain!r}")
     X, y = check_Xy(X, y)
     M = X.shape[0]
     sample_weight = check_weights(sample_weight, M)
@@ -454,11 +520,13 @@ def sodm_kernel(X, y, kernel: Kernel, params: ODMParams, *, p: int | None = None
         backend = PoolLevels(pool, X, y, kernel, params, finest, p, L, seed=seed, tol=tol,
                              max_iter=max_iter, cache_size=cache_size, shrinking=shrinking,
                              X_val=X_val, y_val=y_val, keep_levels=keep_levels,
-                             sample_weight=sample_weight)
+                             sample_weight=sample_weight,
+                             partition_gain=partition_gain if L == 1 and not final else None)
         run = run_levels(backend, L, final_global_solve=final, warm_start=warm_start,
                          convergence_test=convergence_test, progress=progress,
                          should_stop=should_stop, started=t_start)
     result.alpha, result.level_alpha = backend.alpha, backend.level_alpha
+    result.kept_partitions = backend.kept_ids
     result.history, result.stopped = run.history, run.stopped
     result.converged_early, result.last_level = run.converged_early, run.last_level
     return result
