@@ -23,6 +23,9 @@
 5. ``final_global_solve=True`` adds level 0: one solve of the whole problem warm-started from
    level 1, so the result is the true ODM optimum.  Without it the result is the paper's output,
    the level-1 concatenation ``[alpha_1; ..; alpha_p]`` (a block-diagonal approximation).
+6. ``partition_gain`` (None unless given; one level, no final solve): level 1 stops adding
+   partitions once one raises the accuracy on the last partition's rows by less
+   (:mod:`solver.sodm.partition_stop`); the others stay out of the concatenation.
 
 Steps 3-5 are the level driver :func:`solver.sodm.levels.run_levels`, shared with the Spark
 backend; here :class:`PoolLevels` solves each level's partitions in a process pool.
