@@ -1,11 +1,11 @@
 """Stop adding level-1 partitions once another one no longer pays (the held-out gain rule).
 
 Without a final global solve, SODM's model is the sum of its level-1 partitions' local ODMs
-(``solver.estimators.average_local_duals``). Measured on validation rows, that
-sum's accuracy is flat from two to four partitions of 5,000-11,000 rows on four of the six
-datasets of ``../shared/datasets`` whose final fit has several (docs/auto-params.md, "The
-final fit's partitions, one by one"): there the rest cost CPU seconds and support vectors
-for nothing measurable. Off unless asked for: on the test splits it cost 0.1 points.
+(``solver.estimators.average_local_duals``). On rows drawn like the training rows that
+sum's accuracy is often flat after a few partitions, and the rest then cost CPU seconds and
+support vectors for nothing measurable; but on a test file drawn unlike the training rows
+the partitions the rule drops still helped, so it is off unless asked for
+(docs/auto-params.md, "The final fit's partitions, one by one", has the measurements).
 
 The rule reads rows the fit never trained on: the last partition's. Partitions ``0, 1, ...``
 are solved in order, and after each (from the second on) the sum of the local decisions
