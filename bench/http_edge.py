@@ -154,11 +154,12 @@ async def attack(make: Callable[[asyncio.Event], Awaitable[str]], stop: asyncio.
             await asyncio.sleep(0.1)
 
 
-def attackers(family: str, n: int, port: int, key: str, megabytes: float
+def attackers(family: str, n: int, port: int, key: str, megabytes: float, first: int = 0
               ) -> list[Callable[[asyncio.Event], Awaitable[str]]]:
-    """The ``n`` connection makers of a scenario."""
+    """The ``n`` connection makers of a scenario, attacker ``i`` on the address of attacker
+    ``first + i`` (scenarios run at the same time on addresses of their own)."""
     def one(kind: str, i: int) -> Callable[[asyncio.Event], Awaitable[str]]:
-        source = attacker_address(i)
+        source = attacker_address(first + i)
         if kind == "huge_headers":
             return lambda stop: huge_header(port, source, stop, megabytes)
         if kind == "slow_bodies":
