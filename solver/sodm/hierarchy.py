@@ -416,6 +416,7 @@ class PoolLevels:
         X_held = _rows(self.X, held)
         order = [k for k in range(len(groups) - 1) if groups[k].size]
         outs: list[PartitionOutcome] = []
+        kept: list[int] = []
         stopped_at = None
         for start in range(0, len(order), self.pool.n_jobs):
             batch = order[start:start + self.pool.n_jobs]
@@ -428,6 +429,7 @@ class PoolLevels:
                     self.alpha[groups[k]] = 0.0
                     continue
                 outs.append(o)
+                kept.append(k)
                 nu = self.y[groups[k]] * (o.alpha[:, 0] - o.alpha[:, 1])
                 if o.stopped or curve.add(kernel_decision(_rows(self.X, groups[k]),
                                                           self.kernel, nu, Z=X_held)):
@@ -438,8 +440,8 @@ class PoolLevels:
             outs += solve_groups(self.pool, self.X, self.y, self.kernel, self.params,
                                  self.alpha, [g[:0] for g in groups[:-1]] + [held], level=1,
                                  check_warm_start=step.check_warm_start, **self.solve_options)
-        self.kept_ids = np.array(order[:len(outs)] if len(outs) <= len(order)
-                                 else [*order, len(groups) - 1], dtype=np.int64)
+            kept.append(len(groups) - 1)
+        self.kept_ids = np.array(kept, dtype=np.int64)
         self.kept = {"partitions_kept": len(outs), "partitions_planned": len(groups),
                      "held_out_rows": int(held.size),
                      "held_out_accuracy": [float(a) for a in curve.accuracies]}

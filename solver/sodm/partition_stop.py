@@ -51,4 +51,5 @@ class HeldOutCurve:
         self.total += np.asarray(decision, dtype=np.float64)
         right = np.where(self.total > 0, 1.0, -1.0) == self.y
         self.accuracies.append(float(self.w @ right) / float(self.w.sum()))
-        return len(self.accuracies) >= 2 and self.gains[-1] < self.min_gain
+        acc = self.accuracies
+        return len(acc) >= 2 and acc[-1] - acc[-2] < self.min_gain
