@@ -40,6 +40,10 @@ read the matrix the first of them computed (:mod:`solver.exact.kernel_memo`, at 
 fits' ``cache_size`` of matrices kept, least recently used dropped): the same values, the
 same choice, fewer kernel evaluations.
 
+**A rung's fits by kernel** (always): a rung scores its candidates by gamma, then fold, so
+each kept matrix is computed once per rung even where the memo holds one, the scores those
+of scoring the candidates one by one (:meth:`_Search.score_all`).
+
 **Pages mapped once** (always): the CV fits run inside ``solver.core.buffers.reuse()``, so a
 kernel matrix or face factor whose array is gone hands its mapped pages to the next one of
 about its size instead of mapping new ones.
@@ -400,6 +404,7 @@ class _Search:
         # one kernel matrix per (rows, fold, gamma), kept within the fits' cache_size
         self.shared = settings.share_kernels and not linear and self.problems == 1
         self.memo: KernelMemo | None = None
+        self.folds_reversed = False  # the next scoring runs its folds last to first
         lazy = isinstance(Xs, LazyRows)
         self.width = Xs.stats.width if lazy else _mean_width(Xs)
         n = float(len(y))
@@ -496,39 +501,81 @@ class _Search:
         return self._splits[rows]
 
     def score(self, p: _Point, rows: int, stage: str) -> _Score:
-        key = (p, rows)
-        if key in self.scores:
-            return self.scores[key]
+        """``p``'s CV score on ``rows`` rows (computed once)."""
+        return self.score_all([p], rows, stage)[0]
+
+    def score_all(self, cands: list[_Point], rows: int, stage: str,
+                  done: Callable[[int], None] | None = None) -> list[_Score]:
+        """The CV scores of ``cands`` on ``rows`` rows, in their order (each computed once).
+
+        The fits run grouped by gamma, then fold, then in ``cands``' order, so the search's
+        kept kernel matrix of each (rows, fold, gamma) is computed once for the group, not
+        once per candidate when fewer than the folds' matrices fit the memo, and each group
+        runs its folds in the other direction from the one before. The scores are those of
+        scoring the candidates one after another, folds first to last: a fit's warm start
+        comes from a candidate with the same gamma that runs before it either way, the folds'
+        fits are independent, and the kernel values are the same array. ``done(i)`` is
+        called as the ``i``-th candidate of ``cands`` finishes."""
+        todo = [q for q in dict.fromkeys(cands) if (q, rows) not in self.scores]
+        groups: dict[float, list[_Point]] = {}
+        for q in todo:
+            groups.setdefault(q.log_gamma_mult, []).append(q)
+        splits = self.splits(rows)
+        k = len(splits)
+        accs: dict[_Point, list[float]] = {q: [0.0] * k for q in todo}
+        faces: dict[_Point, list[list[int]]] = {q: [[] for _ in range(k)] for q in todo}
+        cpu: dict[_Point, float] = dict.fromkeys(todo, 0.0)
+        start: dict[_Point, _Point | None] = {}
+        finished: dict[_Point, _Score] = {}
+        for group in groups.values():
+            # the folds' order turns each time, so a group starts on the fold whose matrix
+            # the last one left in the memo
+            folds = list(range(k))[::-1] if self.folds_reversed else list(range(k))
+            self.folds_reversed = not self.folds_reversed
+            for f in folds:
+                tr, va = splits[f]
+                for q in group:
+                    if f == folds[0]:
+                        self.predicted += self.candidate_seconds(q, rows)
+                        start[q] = self.warm_source(q, rows, f)
+                    t0 = time.process_time()
+                    accs[q][f], faces[q][f] = self._fold_fit(q, rows, f, tr, va, start[q])
+                    cpu[q] += time.process_time() - t0
+                    if f == folds[-1]:
+                        finished[q] = _Score(q, rows, stage, float(np.mean(accs[q])),
+                                             float(np.std(accs[q])), accs[q], cpu[q],
+                                             faces[q])
+                        if done is not None:
+                            done(len(cands) - len(todo) + len(finished))
+        for q in todo:  # recorded in the candidates' order, as if scored one by one
+            self.scores[(q, rows)] = finished[q]
+            self.table.append(finished[q])
+        return [self.scores[(q, rows)] for q in cands]
+
+    def _fold_fit(self, p: _Point, rows: int, f: int, tr: np.ndarray, va: np.ndarray,
+                  start: _Point | None) -> tuple[float, list[int]]:
+        """Fit ``p`` on fold ``f``'s training rows (warm from ``start``'s duals of that fold
+        when given); its validation score and the faces its Newton steps factored."""
         from sklearn.exceptions import ConvergenceWarning
 
-        self.predicted += self.candidate_seconds(p, rows)
-        t0 = time.process_time()
-        accs, faces = [], []
-        start = self.warm_source(p, rows)
-        for f, (tr, va) in enumerate(self.splits(rows)):
-            if self.should_stop is not None and self.should_stop():
-                raise FitCancelled("cancelled during the hyperparameter search")
-            est = self.make(self.fit_values(p))
-            if self.shared:
-                est._kernel_memo = self.kernel_memo(est).slot((rows, f, p.log_gamma_mult))
-            if start is not None:
-                est._dual_start = _rescaled_dual(self.duals[(start, rows, f)], start, p,
-                                                 len(tr), getattr(est, "upsilon", 1.0))
-            with warnings.catch_warnings():
-                # a candidate that stops at max_iter is scored as it stands (its accuracy
-                # says what it is worth); one warning per CV fit would drown the log
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                kw = {} if self.weights.fit is None else {"sample_weight": self.weights.fit[tr]}
-                est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop, **kw)
-            accs.append(self.weights.fold_score(self.y[va], est.predict(self.rows(va)), va))
-            faces.append(factored_faces(est))
-            if self.warm:
-                self.duals[(p, rows, f)] = _full_dual(est, self.y_idx[tr])
-        sc = _Score(p, rows, stage, float(np.mean(accs)), float(np.std(accs)), accs,
-                    time.process_time() - t0, faces)
-        self.scores[key] = sc
-        self.table.append(sc)
-        return sc
+        if self.should_stop is not None and self.should_stop():
+            raise FitCancelled("cancelled during the hyperparameter search")
+        est = self.make(self.fit_values(p))
+        if self.shared:
+            est._kernel_memo = self.kernel_memo(est).slot((rows, f, p.log_gamma_mult))
+        if start is not None:
+            est._dual_start = _rescaled_dual(self.duals[(start, rows, f)], start, p,
+                                             len(tr), getattr(est, "upsilon", 1.0))
+        with warnings.catch_warnings():
+            # a candidate that stops at max_iter is scored as it stands (its accuracy
+            # says what it is worth); one warning per CV fit would drown the log
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            kw = {} if self.weights.fit is None else {"sample_weight": self.weights.fit[tr]}
+            est.fit(self.rows(tr), self.y[tr], should_stop=self.should_stop, **kw)
+        acc = self.weights.fold_score(self.y[va], est.predict(self.rows(va)), va)
+        if self.warm:
+            self.duals[(p, rows, f)] = _full_dual(est, self.y_idx[tr])
+        return acc, factored_faces(est)
 
     def kernel_memo(self, est) -> KernelMemo:
         """The search's kept kernel matrices (``share_kernels``): as many bytes as one CV
@@ -537,12 +584,13 @@ class _Search:
             self.memo = KernelMemo(float(getattr(est, "cache_size", 512.0)) * 2**20)
         return self.memo
 
-    def warm_source(self, p: _Point, rows: int) -> _Point | None:
+    def warm_source(self, p: _Point, rows: int, fold: int = 0) -> _Point | None:
         """The scored candidate whose duals start ``p``'s folds (``warm_lam``): the same
-        gamma, theta and rows, the nearest lam (the smaller on a tie); None if none."""
+        gamma, theta and rows, the nearest lam (the smaller on a tie), among those fitted on
+        ``fold`` (the first fold ``p`` runs); None if none."""
         if not self.warm:
             return None
-        near = [q for (q, m, f) in self.duals if m == rows and f == 0
+        near = [q for (q, m, f) in self.duals if m == rows and f == fold
                 and q.log_gamma_mult == p.log_gamma_mult and q.theta == p.theta
                 and q.log_lam != p.log_lam]
         if not near:
@@ -634,10 +682,11 @@ class _Search:
              cands: list[_Point]) -> list[_Score]:
         """Score ``cands`` on ``rows`` rows, record the rung, return the scores ranked."""
         t_rung = time.process_time()
-        scored = []
-        for i, p in enumerate(cands):
-            scored.append(self.score(p, rows, stage))
-            self._report(f"auto search: {stage} ({rows} rows), {i + 1}/{len(cands)}")
+
+        def done(i: int) -> None:
+            self._report(f"auto search: {stage} ({rows} rows), {i}/{len(cands)}")
+
+        scored = self.score_all(cands, rows, stage, done)
         rungs.append({"rung": len(rungs), "stage": stage, "rows": rows,
                       "candidates": len(cands),
                       "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
