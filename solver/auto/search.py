@@ -40,6 +40,12 @@ read the matrix the first of them computed (:mod:`solver.exact.kernel_memo`, at 
 fits' ``cache_size`` of matrices kept, least recently used dropped): the same values, the
 same choice, fewer kernel evaluations.
 
+**Float32 kernel values** (``cv_float32``, on by default): every CV fit keeps its kernel
+matrix in float32, as LIBSVM's cache does, where the fold's float64 matrix would fit its
+``cache_size`` (the final fit's partitions are float32 already): half the memory each
+matrix-vector product and sweep reads, twice the matrices the memo keeps; the solves are
+refined in float64 against those values, so a CV score moves only by their rounding.
+
 **A rung's fits by kernel** (always): a rung scores its candidates by gamma, then fold, so
 each kept matrix is computed once per rung even where the memo holds one, the scores those
 of scoring the candidates one by one (:meth:`_Search.score_all`).
@@ -201,6 +207,7 @@ class SearchSettings:
     theta_rung: int = 0
     refine_screen: bool = False
     partition_gain: float | None = None
+    cv_float32: bool = True
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -563,6 +570,8 @@ class _Search:
         est = self.make(self.fit_values(p))
         if self.shared:
             est._kernel_memo = self.kernel_memo(est).slot((rows, f, p.log_gamma_mult))
+        if self.s.cv_float32:
+            est._kernel_dtype = np.float32
         if start is not None:
             est._dual_start = _rescaled_dual(self.duals[(start, rows, f)], start, p,
                                              len(tr), getattr(est, "upsilon", 1.0))

@@ -182,8 +182,8 @@ class ODMClassifier(ODMBase):
         else:
             from solver.exact.dcd_kernel import solve_kernel_dual
 
-            # the search's warm start along its lam path and its kept kernel matrices
-            # (solver.auto.search), binary problems only
+            # the search's warm start along its lam path and kept kernel matrices (binary
+            # problems only) and its CV fits' kernel dtype (solver.auto.search)
             start = getattr(self, "_dual_start", None)
             res = solve_kernel_dual(Z, y, kernel, params, tol=float(self.tol),
                                     alpha0=start if start is not None
@@ -192,7 +192,8 @@ class ODMClassifier(ODMBase):
                                     cache_size=float(self.cache_size),
                                     shrinking=bool(self.shrinking), random_state=seed,
                                     should_stop=should_stop, sample_weight=sample_weight,
-                                    kernel_memo=getattr(self, "_kernel_memo", None))
+                                    kernel_memo=getattr(self, "_kernel_memo", None),
+                                    kernel_dtype=getattr(self, "_kernel_dtype", None))
             kind, sol = "alpha", np.asarray(res.alpha, dtype=np.float64)
         record = {
             "n_iter": int(res.n_iter),

@@ -1,8 +1,8 @@
 """The search's cost levers of issue 34 (``solver.auto.search.SearchSettings``): a looser CV
 tolerance, warm starts along the lam path, the refinement's plateau stop, the lam weight
-of the predicted cost and one kernel matrix per (rows, fold, gamma). Each is off or on by
-its setting; these tests check that each does what it says, not what it saves (that is
-measured by ``bench.auto_params``)."""
+of the predicted cost, one kernel matrix per (rows, fold, gamma) and its float32 values.
+Each is off or on by its setting; these tests check that each does what it says, not what
+it saves (that is measured by ``bench.auto_params``)."""
 
 from __future__ import annotations
 
@@ -174,13 +174,13 @@ def test_share_kernels_gives_the_same_table_from_fewer_matrices():
 
 def test_a_rung_computes_each_kept_matrix_once_when_one_fits_the_memo():
     """A rung's CV fits run by gamma, then fold, so a memo with room for one fold's matrix
-    (cache_size 3 MB; a 600-row float64 matrix is 2.9 MB) still
+    (cache_size 3 MB; a 600-row float64 matrix, ``cv_float32`` off, is 2.9 MB) still
     computes one matrix per (fold, gamma), not one per fit as a candidate's three folds in a
     row would; the table is the one a search without kept matrices gives, fold by fold."""
     def make(v):
         return ODMClassifier(scale=False, random_state=0, cache_size=3.0, **v)
 
-    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, cv_float32=False)
     alone = run(SearchSettings(**{**s.__dict__, "share_kernels": False}), make=make)
     shared = run(s, make=make)
 
@@ -190,6 +190,33 @@ def test_a_rung_computes_each_kept_matrix_once_when_one_fits_the_memo():
     assert len(shared.table) > len(gammas) > 1
     assert shared.kernel_matrices == {"computed": 3 * len(gammas),
                                       "shared": 3 * (len(shared.table) - len(gammas))}
+
+
+def test_cv_float32_keeps_the_cv_fits_kernel_matrices_in_float32(monkeypatch):
+    """``cv_float32`` (the default): every CV fit's kernel matrix is float32 where the fold's
+    float64 matrix would fit its budget (these small folds: float64 with the setting off),
+    and the search scores the same grid; the rounding of the kernel values is all that
+    differs."""
+    from solver.exact.kernel_memo import KernelMemo
+
+    seen: list[np.dtype] = []
+    plain = KernelMemo.matrix
+
+    def recorded(self, key, shape, dtype, compute):
+        seen.append(np.dtype(dtype))
+        return plain(self, key, shape, dtype, compute)
+
+    monkeypatch.setattr(KernelMemo, "matrix", recorded)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0)
+    assert s.cv_float32
+    narrow = run(s)
+    assert seen and set(seen) == {np.dtype(np.float32)}
+    seen.clear()
+    wide = run(SearchSettings(**{**s.__dict__, "cv_float32": False}))
+    assert seen and set(seen) == {np.dtype(np.float64)}
+    assert [r["lam"] for r in narrow.table] == [r["lam"] for r in wide.table]
+    assert abs(max(r["mean_accuracy"] for r in narrow.table)
+               - max(r["mean_accuracy"] for r in wide.table)) < 0.01
 
 
 def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
