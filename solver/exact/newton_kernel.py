@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError, blas, cho_factor, cho_solve
 
 from solver.core import _numba_kernels as nk
 from solver.core import buffers
@@ -148,6 +148,10 @@ UPDATE_SHARE = 0.25
 # UPDATE_RHS_COST * k n^2 multiply-adds against s^3 / 3 for a face of s rows (a base of
 # 6,010 rows less 1,177: 8.5e10 against 3.8e10)
 UPDATE_RHS_COST = 2.0
+# right-hand sides up to this many are solved by two BLAS-2 triangular solves each: LAPACK's
+# potrs first packs the whole factor for its BLAS-3 solve, a fixed cost of about five
+# vector solves (docs/design-notes.md, "A vector solve without potrs")
+FEW_RHS = 4
 
 
 @dataclass(frozen=True)
@@ -389,7 +393,7 @@ class FaceSystems:
         def solve(v: np.ndarray) -> np.ndarray:
             # (root^2 A)^-1 (root v) = A^-1 v / root: right-hand side and solution stay in
             # float32's normal range
-            return cho_solve(fac, (v * root).astype(np.float32), check_finite=False) * root
+            return factor_solve(fac, (v * root).astype(np.float32)) * root
 
         return solve
 
@@ -458,7 +462,7 @@ class FaceSystems:
             def solve_kept(V: np.ndarray) -> np.ndarray:
                 Z = np.zeros((n, V.shape[1]), dtype=np.float32, order="F")
                 Z[tp] = V * np.float32(root)
-                Z = cho_solve(fac, Z, check_finite=False)
+                Z = factor_solve(fac, Z)
                 Z *= np.float32(root)
                 return finish_kept(Z)
 
@@ -469,8 +473,7 @@ class FaceSystems:
                     # NaN residual is never a best iterate of _refine, and solve() then
                     # factors the face anew, so the warning would only be noise
                     with np.errstate(over="ignore", invalid="ignore"):
-                        Z -= Y @ cho_solve(C, Z[R].astype(np.float64),
-                                           check_finite=False).astype(np.float32)
+                        Z -= Y @ factor_solve(C, Z[R].astype(np.float64)).astype(np.float32)
                 return Z[tp]
 
             if new.size:
@@ -497,13 +500,35 @@ class FaceSystems:
             x = np.empty(v.size)
             y_t = solve_kept(v[same].astype(np.float32)[:, None])[:, 0].astype(np.float64)
             if new.size:
-                x_n = cho_solve(Sc_f, v[new] - Bt @ y_t, check_finite=False)
+                x_n = factor_solve(Sc_f, v[new] - Bt @ y_t)
                 x[new] = x_n
                 y_t = y_t - W @ x_n
             x[same] = y_t
             return x
 
         return solve
+
+
+def factor_solve(fac: tuple[np.ndarray, bool], B: np.ndarray) -> np.ndarray:
+    """``A^-1 B`` from ``cho_factor``'s ``fac = (c, lower)`` of ``A`` (``B`` a vector or
+    columns); a new array, of ``c``'s dtype. Few columns go through ``trsv`` directly."""
+    c, lower = fac
+    if B.ndim == 2 and B.shape[1] > FEW_RHS:
+        return cho_solve(fac, B, check_finite=False)
+    trsv = blas.get_blas_funcs("trsv", (c,))
+    # A = L L^T: L y = b, then L^T x = y; A = U^T U: U^T y = b, then U x = y
+    first, second = (0, 1) if lower else (1, 0)
+
+    def one(b: np.ndarray) -> np.ndarray:
+        y = trsv(c, b, trans=first, lower=lower)
+        return trsv(c, y, trans=second, lower=lower, overwrite_x=True)
+
+    if B.ndim == 1:
+        return one(B)
+    out = np.empty(B.shape, dtype=c.dtype, order="F")
+    for j in range(B.shape[1]):
+        out[:, j] = one(B[:, j])
+    return out
 
 
 def _refine(approx, matvec, D, t, x: np.ndarray | None, target: float

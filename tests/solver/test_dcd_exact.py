@@ -840,3 +840,40 @@ def test_the_blocked_sweep_makes_the_sequential_updates(all_cached):
             assert p == q and stats[2] > 10
             break
     assert stats[2] > (200 if all_cached else 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_combination_sums_the_rows_four_at_a_time(dtype):
+    """``rows_combination`` adds four rows per pass and the rest one by one, skipping zero
+    coefficients and repeated rows alike: ``K[:, rows] @ coef`` for every count of nonzero
+    terms modulo four, from any-dtype rows."""
+    rng = np.random.default_rng(5)
+    K = rng.normal(size=(40, 23)).astype(dtype)
+    for k in (0, 1, 3, 4, 5, 9, 14):
+        rows = rng.integers(0, 40, size=k + 3).astype(np.int64)
+        coef = rng.normal(size=k + 3)
+        coef[rng.permutation(k + 3)[:3]] = 0.0  # three zero terms among them
+        out = nk.rows_combination(K, rows, coef, np.full(23, np.nan))
+        np.testing.assert_allclose(out, coef @ K[rows].astype(np.float64), rtol=1e-12,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_factor_solve_matches_the_lapack_solve(lower):
+    """``factor_solve`` solves few right-hand sides by two ``trsv`` each and more through
+    ``cho_solve``: the same solution either way, for either triangle, vector or columns, in
+    the factor's dtype."""
+    from scipy.linalg import cho_solve
+
+    rng = np.random.default_rng(2)
+    G = rng.normal(size=(60, 60))
+    for dtype, rtol in ((np.float32, 1e-4), (np.float64, 1e-11)):
+        A = (G @ G.T + 60 * np.eye(60)).astype(dtype)
+        fac = cho_factor(A, lower=lower)
+        for shape in ((60,), (60, 1), (60, nwt.FEW_RHS), (60, nwt.FEW_RHS + 3)):
+            B = rng.normal(size=shape).astype(dtype)
+            x = nwt.factor_solve(fac, B)
+            assert x.dtype == dtype and x.shape == shape
+            np.testing.assert_allclose(x, cho_solve(fac, B), rtol=rtol, atol=rtol)
+            np.testing.assert_allclose(A.astype(np.float64) @ x, B, rtol=10 * rtol,
+                                       atol=10 * rtol)
