@@ -407,7 +407,7 @@ def rows_combination(cache, rows, coef, out):
 
     With a symmetric kernel matrix this is ``K[:, rows] @ coef``: contiguous row reads only.
     Four rows are added per pass over ``out``, which then costs a quarter of the loads and
-    stores (docs/design-notes.md, "Four rows per pass").
+    stores (docs/design-notes.md, "A vector solve without potrs").
     """
     m = out.shape[0]
     for j in range(m):
