@@ -5,50 +5,38 @@
 Arguments: dataset, lam, gamma_mult (``gamma = gamma_mult / (d Var X)``, the "auto"
 search's units), theta and the rows of each fit (a final-fit partition's size). Fits two
 disjoint random sets of that many training rows (``numpy.random.default_rng(0)``), A and
-B, at the same setting (one BLAS thread), and compares B's optimum face (the rows with a
-nonzero dual: margin ``u = y f`` outside ``[1 - theta, 1 + theta]``) with the face A's
-margins on B's rows predict, and with the band widened by ``w`` on each side. A Newton
-step could start from such a face only where the two nearly agree.
+B, at the same setting (``bench.single_fit.fit_subset``: one BLAS thread), and compares
+B's optimum face (the rows with a nonzero dual: margin ``u = y f`` outside
+``[1 - theta, 1 + theta]``) with the face A's margins on B's rows predict, and with the
+band widened by ``w`` on each side. A Newton step could start from such a face only where
+the two nearly agree.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-import warnings
 
 import numpy as np
 
 from bench.data import load_split
+from bench.single_fit import fit_subset
 
 
 def main(argv: list[str]) -> int:
-    import scipy.linalg  # noqa: F401  (load scipy's BLAS so the limit covers it)
-    from threadpoolctl import threadpool_limits
-
-    from solver import ODMClassifier
-
     ds, lam, gm, theta, m = argv[0], float(argv[1]), float(argv[2]), float(argv[3]), int(argv[4])
     s = load_split(ds)
     X, y = np.asarray(s.X_train, dtype=float), s.y_train
     gamma = gm / (X.shape[1] * float(np.var(X)))
     perm = np.random.default_rng(0).permutation(len(y))
     rows_a, rows_b = perm[:m], perm[m : 2 * m]
-    kw = dict(kernel="rbf", lam=lam, gamma=gamma, theta=theta, scale=False, random_state=0)
     fits = []
-    with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ODMClassifier(**kw).fit(X[perm[:300]], y[perm[:300]])  # the compiled loops loaded
-        for name, rows in (("A", rows_a), ("B", rows_b)):
-            est = ODMClassifier(**kw)
-            t = time.process_time()
-            est.fit(X[rows], y[rows])
-            print(
-                f"{ds} lam={lam:g} gamma={gm:g}x theta={theta:g}: fit {name} of {m} rows "
-                f"{time.process_time() - t:.2f} CPU s, faces "
-                f"{est.history_[0].get('faces_factored')}"
-            )
-            fits.append(est)
+    for name, rows in (("A", rows_a), ("B", rows_b)):
+        est, cpu = fit_subset(X[rows], y[rows], gamma, lam, theta)
+        print(
+            f"{ds} lam={lam:g} gamma={gm:g}x theta={theta:g}: fit {name} of {m} rows "
+            f"{cpu:.2f} CPU s, faces {est.history_[0].get('faces_factored')}"
+        )
+        fits.append(est)
     est_a, est_b = fits
     face = np.zeros(m, dtype=bool)
     face[est_b.support_] = True
