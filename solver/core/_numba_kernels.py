@@ -77,8 +77,12 @@ def _apply(f, cache, slots, coef, n):
 
 @njit(cache=True)
 def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alpha, f,
-                 dz, db, theta, active, shrink_thr, shrinking, stats, skip):
+                 dz, db, theta, active, shrink_thr, shrinking, stats, skip, skip_face):
     """Visit ``order[start:stop]``; ``f = K nu`` (nu = y (zeta - beta)) is kept for all m.
+
+    An update is skipped where the violation is at most ``skip``, and for an instance with a
+    nonzero dual where it is at most ``skip_face``: such a step moves the iterate least, yet
+    costs a whole kernel column like any other.
 
     Returns the position reached: ``stop`` when done, or the position of the first instance
     whose update needs a kernel column that is not cached (``slot[i] < 0``); nothing is
@@ -107,7 +111,7 @@ def kernel_sweep(order, start, stop, slot, cache, last_used, tick, kdiag, y, alp
             continue
         if v > stats[0]:
             stats[0] = v
-        if v <= skip:
+        if v <= skip or v <= skip_face and (z > 0.0 or b > 0.0):
             continue
         d = (nz - nb) - (z - b)
         if d == 0.0:
@@ -228,7 +232,7 @@ def warmup() -> None:
     for dt in (np.float64, np.float32):
         kernel_sweep(order, 0, 2, np.arange(2, dtype=np.int64), np.eye(2, dtype=dt),
                      np.zeros(2, dtype=np.int64), 1, np.ones(2), y, a.copy(), f.copy(),
-                     y, y, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12)
+                     y, y, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12, 1e-12)
     pair_violations(f, y, a, y, y, 0.1, np.empty(2))
     violations_from_margins(f, a, y, y, 0.1, np.empty(2))
     rbf_combination(np.eye(2), f, f, 1.0, np.ones((2, 1)), np.zeros((2, 1)))

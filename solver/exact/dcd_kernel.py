@@ -4,6 +4,11 @@
   is ``y * f``) and updates each instance's pair ``(zeta_i, beta_i)`` together and exactly
   (closed form in :mod:`solver.core._numba_kernels`); one kernel column per changed pair.
 * Coordinates are visited in a fresh random permutation every epoch.
+* An instance on the face (a nonzero dual) is left alone in an epoch where its violation is
+  at most ``FACE_SKIP_SHARE`` of the previous epoch's largest and ``FACE_SKIP_TOL`` times
+  the tolerance: every update reads a whole kernel column, and those that move the iterate
+  least are most of a long tail's updates (docs/design-notes.md, "Small face updates
+  skipped").
 * Shrinking (LIBLINEAR rule): an instance at ``zeta = beta = 0`` whose two gradients both exceed
   the previous epoch's max violation is dropped from the sweep; when the remaining ones meet the
   tolerance but the full problem does not, every instance is brought back.
@@ -59,6 +64,12 @@ POLL_SECONDS = 0.25
 POLL_CHUNK_ENTRIES = 20_000_000
 # ... and at least this many instances
 POLL_CHUNK_MIN = 64
+# an epoch skips the update of a face instance whose violation is at most this share of the
+# previous epoch's largest (the first epoch, and the one after a Newton step, skip none) ...
+FACE_SKIP_SHARE = 0.3
+# ... and at most this multiple of the tolerance: the early epochs, whose iterate the first
+# Newton faces are read from, update nearly every face instance
+FACE_SKIP_TOL = 3.0
 
 
 @dataclass
@@ -147,12 +158,14 @@ def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll:
     converged = stopped = False
     n_iter = 0
     kkt = np.inf
+    skip_face = nk.SKIP
     for epoch in range(1, int(max_iter) + 1):
         n_iter = epoch
         stats, stopped = _sweep(store, rng, active, chunk, poll, kdiag, y, alpha, f, dz, db,
-                                theta, shrink_thr, shrinking, visits)
+                                theta, shrink_thr, shrinking, visits, skip_face)
         if stopped:
             break
+        skip_face = max(nk.SKIP, min(FACE_SKIP_SHARE * stats[0], FACE_SKIP_TOL * tol))
         nk.pair_violations(f, y, alpha, dz, db, theta, viol)
         kkt = float(viol.max())
         if kkt <= tol:
@@ -162,6 +175,7 @@ def _epochs(store: ColumnStore, kdiag, y, alpha, f, dz, db, theta, *, rng, poll:
         if schedule is not None and schedule.after_epoch(epoch, kkts, alpha, f, tol, poll):
             active[:] = True
             shrink_thr = np.inf
+            skip_face = nk.SKIP
             nk.pair_violations(f, y, alpha, dz, db, theta, viol)
             kkt = float(viol.max())
             if kkt <= tol:
@@ -260,11 +274,13 @@ def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: 
 
 def _sweep(store: ColumnStore, rng, active, chunk: int, poll: _StopPoll, kdiag, y, alpha, f,
            dz, db, theta, shrink_thr: float, shrinking: bool,
-           visits: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+           visits: np.ndarray | None = None,
+           skip_face: float = nk.SKIP) -> tuple[np.ndarray, bool]:
     """One epoch of coordinate descent over the active instances, in chunks between stop
     polls, fetching missing columns as the compiled sweep asks for them.  Returns the
     sweep's ``[max violation, shrunk, updates]`` and whether a stop was requested.
-    ``visits``: instance i comes ``visits[i]`` times in the epoch's random order."""
+    ``visits``: instance i comes ``visits[i]`` times in the epoch's random order;
+    ``skip_face``: face instances whose violation is at most this are not updated."""
     idx = np.flatnonzero(active)
     if visits is not None:
         idx = np.repeat(idx, visits[idx])
@@ -281,9 +297,9 @@ def _sweep(store: ColumnStore, rng, active, chunk: int, poll: _StopPoll, kdiag, 
         store.tick += 1
         p = nk.kernel_sweep(order, p, stop_at, store.slot, store.cache, store.last_used,
                             store.tick, kdiag, y, alpha, f, dz, db, theta, active,
-                            shrink_thr, bool(shrinking), stats, nk.SKIP)
+                            shrink_thr, bool(shrinking), stats, nk.SKIP, skip_face)
         if p < stop_at:
-            store.fetch_ahead(order, p, f, y, alpha, dz, db, theta)
+            store.fetch_ahead(order, p, f, y, alpha, dz, db, theta, skip_face)
             continue
         if poll():
             return stats, True

@@ -127,14 +127,17 @@ class ColumnStore:
                                          dtype=self.cache.dtype)
         self.n_computed += idx.size
 
-    def fetch_ahead(self, order: np.ndarray, p: int, f, y, alpha, dz, db, theta) -> None:
+    def fetch_ahead(self, order: np.ndarray, p: int, f, y, alpha, dz, db, theta,
+                    skip_face: float = 0.0) -> None:
         """Fetch the missing column at ``order[p]`` plus those of the next instances in the
-        sweep that currently violate the KKT conditions (one BLAS call for the batch)."""
+        sweep that the sweep would update now (violation above ``nk.SKIP``, and above
+        ``skip_face`` where a dual is nonzero; one BLAS call for the batch)."""
         want = min(FETCH_BATCH, max(1, int(self.n_slots * FETCH_SLOT_SHARE)), self.batch_max)
         ahead = order[p + 1: p + 1 + FETCH_LOOKAHEAD * want]
         ahead = ahead[self.slot[ahead] < 0]
         if ahead.size:
             v = nk.pair_violations(f[ahead], y[ahead], alpha[ahead], dz[ahead], db[ahead], theta,
                                    np.empty(ahead.size))
-            ahead = ahead[v > nk.SKIP][: want - 1]
+            face = (alpha[ahead, 0] > 0.0) | (alpha[ahead, 1] > 0.0)
+            ahead = ahead[(v > nk.SKIP) & ~(face & (v <= skip_face))][: want - 1]
         self.fetch(np.concatenate(([order[p]], ahead)).astype(np.int64))

@@ -831,7 +831,7 @@ def test_the_blocked_sweep_makes_the_sequential_updates(all_cached):
     for _ in range(3):  # three epochs, from a cold start
         p = nk.kernel_sweep(order, 0, len(order), slot, K, np.zeros(80, dtype=np.int64), 1,
                             kdiag, y, alpha, f, dz, db, params.theta,
-                            np.ones(80, dtype=np.bool_), np.inf, False, stats, 0.0)
+                            np.ones(80, dtype=np.bool_), np.inf, False, stats, 0.0, 0.0)
         stop = p if p < len(order) else len(order)
         _sequential_sweep(order[:stop], K, kdiag, y, ref_a, ref_f, dz, db, params.theta)
         np.testing.assert_allclose(alpha, ref_a, rtol=1e-10, atol=1e-13)
@@ -840,6 +840,70 @@ def test_the_blocked_sweep_makes_the_sequential_updates(all_cached):
             assert p == q and stats[2] > 10
             break
     assert stats[2] > (200 if all_cached else 10)
+
+
+def _violation(u, z, b, dz, db, theta):
+    """The pair's projected-gradient violation (the rule of ``_pair_step``)."""
+    gz = u + dz * z + theta - 1.0
+    gb = -u + db * b + theta + 1.0
+    vz = abs(gz) if z > 0 else max(-gz, 0.0)
+    vb = abs(gb) if b > 0 else max(-gb, 0.0)
+    return max(vz, vb)
+
+
+def test_the_sweep_leaves_small_face_updates_out():
+    """With ``skip_face`` a row with a nonzero dual whose violation is at most that keeps
+    its duals, while rows at zero and face rows above it are updated as one at a time would
+    update them; ``f`` stays ``K nu``, and the solve that skips them (``FACE_SKIP_SHARE``)
+    meets the tolerance at the optimum's objective, as the one that does not."""
+    X, y = _data(m=80, seed=3)
+    K = kernel_matrix(Kernel("rbf", gamma=2.0), X, X)
+    params = ODMParams(lam=30.0, theta=0.3)
+    dz, db = diag_vectors(params, 80.0, 80)
+    kdiag = np.diag(K).copy()
+    order = np.random.default_rng(1).permutation(80).astype(np.int64)
+    slot = np.arange(80, dtype=np.int64)
+    alpha, f = np.zeros((80, 2)), np.zeros(80)
+
+    def sweep(skip_face):
+        stats = np.zeros(3)
+        nk.kernel_sweep(order, 0, 80, slot, K, np.zeros(80, dtype=np.int64), 1, kdiag, y,
+                        alpha, f, dz, db, params.theta, np.ones(80, dtype=np.bool_), np.inf,
+                        False, stats, 0.0, skip_face)
+        return stats
+
+    sweep(0.0)
+    viol = nk.pair_violations(f, y, alpha, dz, db, params.theta, np.empty(80))
+    face = (alpha > 0).any(axis=1)
+    thr = float(np.median(viol[face]))
+    ref_a, ref_f = alpha.copy(), f.copy()
+    skipped = moved_zero = 0
+    for i in order:  # the reference: one update at a time, small face steps left out
+        z, b = ref_a[i]
+        v = _violation(y[i] * ref_f[i], z, b, dz[i], db[i], params.theta)
+        if (z > 0 or b > 0) and v <= thr:
+            skipped += 1
+            continue
+        moved_zero += z == 0 and b == 0 and v > 0
+        _sequential_sweep([i], K, kdiag, y, ref_a, ref_f, dz, db, params.theta)
+    stats = sweep(thr)
+    assert skipped >= 10 and moved_zero >= 1
+    np.testing.assert_allclose(alpha, ref_a, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(f, K @ (y * (alpha[:, 0] - alpha[:, 1])), atol=1e-10)
+    assert stats[2] <= 80 - skipped
+
+    kernel = Kernel("rbf", gamma=2.0)
+    exact = solve_kernel_dual(X, y, kernel, params, tol=TOL, random_state=0)
+    assert exact.converged and exact.kkt_violation <= TOL
+    for tol in (1e-3, TOL):
+        res = solve_kernel_dual(X, y, kernel, params, tol=tol, random_state=0)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("solver.exact.dcd_kernel.FACE_SKIP_SHARE", 0.0)
+            every = solve_kernel_dual(X, y, kernel, params, tol=tol, random_state=0)
+        assert res.converged and every.converged and res.kkt_violation <= tol
+        assert res.objective == pytest.approx(exact.objective, rel=100 * tol)
+        assert every.objective == pytest.approx(exact.objective, rel=100 * tol)
+    np.testing.assert_allclose(res.alpha, exact.alpha, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
