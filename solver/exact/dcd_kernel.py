@@ -274,8 +274,7 @@ def _solve(X, y, kernel: Kernel, params: ODMParams, alpha: np.ndarray, m_scale: 
 
 def _sweep(store: ColumnStore, rng, active, chunk: int, poll: _StopPoll, kdiag, y, alpha, f,
            dz, db, theta, shrink_thr: float, shrinking: bool,
-           visits: np.ndarray | None = None,
-           skip_face: float = nk.SKIP) -> tuple[np.ndarray, bool]:
+           visits: np.ndarray | None, skip_face: float) -> tuple[np.ndarray, bool]:
     """One epoch of coordinate descent over the active instances, in chunks between stop
     polls, fetching missing columns as the compiled sweep asks for them.  Returns the
     sweep's ``[max violation, shrunk, updates]`` and whether a stop was requested.

@@ -128,7 +128,7 @@ class ColumnStore:
         self.n_computed += idx.size
 
     def fetch_ahead(self, order: np.ndarray, p: int, f, y, alpha, dz, db, theta,
-                    skip_face: float = 0.0) -> None:
+                    skip_face: float) -> None:
         """Fetch the missing column at ``order[p]`` plus those of the next instances in the
         sweep that the sweep would update now (violation above ``nk.SKIP``, and above
         ``skip_face`` where a dual is nonzero; one BLAS call for the batch)."""
