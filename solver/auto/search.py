@@ -59,9 +59,10 @@ above its floor, a kernel candidate's predicted cost is multiplied by ``1 + e sl
 lam - 3)`` for lam over 10^3 (the Newton step factors larger faces there, which a model of
 rows alone does not see), so the budget buys fewer of the slowest fits; ``e`` = (budget -
 floor) / floor, at most 1, so the weight has no step at the floor. ``cv_tol``,
-``refine_min_gain``, ``select_se`` (the cheapest candidate within that many standard
-errors of the best, :meth:`_Search.pick`), ``theta_rung`` (the rung whose promoted
-candidates get the other thetas; 0, the first), ``refine_screen`` (a refinement
+``refine_min_gain``, ``halve_pairs`` (the rung after the theta rung promotes a third of its
+(lam, gamma) pairs, not of its candidates), ``select_se`` (the cheapest candidate within
+that many standard errors of the best, :meth:`_Search.pick`), ``theta_rung`` (the rung
+whose promoted candidates get the other thetas; 0, the first), ``refine_screen`` (a refinement
 neighbour scored on the previous rung's rows first) and ``partition_gain`` (points: SODM's
 final fit stops adding level-1 partitions once one gains less held-out accuracy,
 :mod:`solver.sodm.partition_stop`; the local backend only) are levers measured beside
@@ -208,6 +209,7 @@ class SearchSettings:
     refine_screen: bool = False
     partition_gain: float | None = None
     cv_float32: bool = True
+    halve_pairs: bool = False
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -653,6 +655,7 @@ class _Search:
         rungs: list[dict[str, Any]] = []
         ranked: list[_Score] = []
         stop = "all rows used" if sizes[-1] == len(self.y) else f"row cap ({s.max_rows})"
+        halved = len(cands)  # the count the next rung's share is taken of
         for r, rows in enumerate(sizes):
             if r > 0:
                 fits = self.fits(rows)
@@ -660,11 +663,15 @@ class _Search:
                     stop = "budget"
                     break
                 cands = cands[:fits]
+                halved = min(halved, len(cands))
             ranked = self.rung(rungs, f"halving {r}", rows, cands)
-            keep = max(s.keep_min, math.ceil(len(cands) / s.eta))
+            keep = max(s.keep_min, math.ceil(halved / s.eta))
             cands = [sc.point for sc in ranked[:keep]]
+            halved = len(cands)
             if staged and r == s.theta_rung:
                 cands = self.all_thetas(cands)
+                if not s.halve_pairs:
+                    halved = len(cands)
         if staged and len(rungs) <= s.theta_rung + 1:
             # no later rung took the other thetas: score them on the last rung's rows
             if len(rungs) <= s.theta_rung:

@@ -405,6 +405,31 @@ def test_theta_rung_defers_the_other_thetas_to_a_later_rung():
     assert {t["theta"] for t in early.table if t["stage"] == "halving 1"} == {0.2, 0.5, 0.8}
 
 
+def test_halve_pairs_takes_the_third_of_the_pairs_after_the_theta_rung():
+    """``halve_pairs`` (off by default): the rung after the one that gets every theta
+    promotes a third of that rung's (lam, gamma) pairs, not a third of its candidates (the
+    pairs times the thetas); without it, a third of the candidates. Earlier rungs are the
+    same either way."""
+    X, y = checkerboard(1800, 4)
+
+    def searched(halve: bool):
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={}, auto=("lam", "gamma", "theta"),
+                      seed=0, settings=SearchSettings(budget_floor_seconds=1e6, min_rows=150,
+                                                      refine_rounds=0, halve_pairs=halve))
+
+    pairs, plain = searched(True), searched(False)
+    stages = [r["stage"] for r in plain.rungs]
+    assert stages[:3] == ["halving 0", "halving 1", "halving 2"]
+    assert [r["stage"] for r in pairs.rungs][:3] == stages[:3]
+    first = plain.rungs[1]["candidates"]  # promoted pairs x 3 thetas
+    assert pairs.rungs[1]["candidates"] == first and first % 3 == 0
+    assert plain.rungs[2]["candidates"] == max(2, math.ceil(first / 3))
+    assert pairs.rungs[2]["candidates"] == max(2, math.ceil(first / 9))
+    assert pairs.rungs[:2] == [{**r, "cpu_seconds": c["cpu_seconds"]}
+                               for r, c in zip(plain.rungs[:2], pairs.rungs[:2], strict=True)]
+
+
 def test_refine_screen_scores_each_neighbour_on_the_previous_rung_first():
     """``refine_screen`` (off by default): a refinement neighbour is scored on the previous
     halving rung's rows first and reaches the last rung's rows only where it would move the
