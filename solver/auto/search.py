@@ -14,7 +14,14 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    them (at least two) go on to ``eta`` times more rows (nested subsamples, the last one all
    rows), until all rows are used or the next rung would not fit the budget. A rung that
    would not fit whole takes the best of the promoted candidates that do (at least two).
-   Rungs of more than ``max_rows`` rows (default 200,000) are left out.
+   Rungs of more than ``max_rows`` rows (default 200,000) are left out. A kernel rung is
+   at most the rows whose fold fits hold no more rows than one solve of the final fit
+   (``solve_rows``: those whose float32 kernel fits ``cache_size``; ``rungs_in_cache``):
+   larger sizes give way to one rung of that many rows where it is at least sqrt(eta) times
+   the largest size under it (else the ladder ends there). Beyond it a CV fit runs on cached
+   kernel columns, up to several times dearer than the cost model's price
+   (docs/auto-params.md, "Rungs within the kernel cache"), and scores a model larger than
+   any of the final fit's partitions.
    When ``theta`` is searched with ``lam`` or ``gamma`` (``stage_theta``), the first rung
    scores only the middle theta (0.5), a third of the grid; each (lam, gamma) it promotes
    goes on at every grid theta, the middle one first. If no later rung runs, those are
@@ -210,6 +217,7 @@ class SearchSettings:
     partition_gain: float | None = None
     cv_float32: bool = True
     halve_pairs: bool = False
+    rungs_in_cache: bool = True
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -373,15 +381,31 @@ def _stages_theta(s: SearchSettings, auto: tuple[str, ...]) -> bool:
     return s.stage_theta and "theta" in auto and len(auto) > 1 and len(s.theta) > 1
 
 
-def _rung_sizes(n: int, s: SearchSettings) -> list[int]:
+def _cache_rows(s: SearchSettings, solve_rows: int | None) -> int | None:
+    """With ``rungs_in_cache``, the most rows of a rung whose fold fits (``(k - 1) / k`` of
+    them) have at most ``solve_rows`` rows (at least ``min_rows``); None: no such cap."""
+    if not s.rungs_in_cache or solve_rows is None:
+        return None
+    return max(s.min_rows, solve_rows * s.folds // (s.folds - 1))
+
+
+def _rung_sizes(n: int, s: SearchSettings, cache_rows: int | None = None) -> list[int]:
     """Rows per rung: n, n/eta, n/eta^2, ... down to the first size of at least ``min_rows``
     (all rows when n < eta * min_rows), smallest first; sizes over ``max_rows`` are left
-    out (the smallest always stays)."""
+    out (the smallest always stays). Sizes over ``cache_rows`` give way to one rung of
+    ``cache_rows`` when it is at least sqrt(eta) times the largest size under it, else the
+    ladder ends there: no two rungs of about the same rows, and no rung dearer than the
+    ladder's."""
     sizes = [n]
     while sizes[-1] // s.eta >= s.min_rows:
         sizes.append(sizes[-1] // s.eta)
     capped = [m for m in sizes if s.max_rows is None or m <= s.max_rows] or sizes[-1:]
-    return capped[::-1]
+    capped = capped[::-1]
+    if cache_rows is not None and capped[-1] > cache_rows:
+        under = [m for m in capped if m <= cache_rows]
+        capped = under + [cache_rows] if (
+            not under or under[-1] * math.sqrt(s.eta) <= cache_rows) else under
+    return capped
 
 
 class _Search:
@@ -424,7 +448,11 @@ class _Search:
         self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
         self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-        self.sizes = _rung_sizes(len(y), settings)
+        cache_rows = _cache_rows(settings, None if linear else solve_rows)
+        self.sizes = _rung_sizes(len(y), settings, cache_rows)
+        # why the last rung may hold fewer than all rows
+        self.cut = (f"row cap ({settings.max_rows})" if self.sizes == _rung_sizes(len(y), settings)
+                    else f"kernel cache ({cache_rows} rows)")
         self.row_bound = self._row_bound()
         # rows read on demand: only the prefix of the order that some rung may use
         self.positions = np.sort(self.order[:self.row_bound]) if lazy else None
@@ -654,7 +682,7 @@ class _Search:
         cands = self.grid(only_mid_theta=staged)
         rungs: list[dict[str, Any]] = []
         ranked: list[_Score] = []
-        stop = "all rows used" if sizes[-1] == len(self.y) else f"row cap ({s.max_rows})"
+        stop = "all rows used" if sizes[-1] == len(self.y) else self.cut
         halved = len(cands)  # the count the next rung's share is taken of
         for r, rows in enumerate(sizes):
             if r > 0:

@@ -15,7 +15,7 @@ from sklearn.datasets import load_svmlight_file, make_blobs
 from sklearn.model_selection import train_test_split
 
 from solver import FitCancelled, ODMClassifier, SODMClassifier
-from solver.auto.search import SearchSettings, search
+from solver.auto.search import SearchSettings, _rung_sizes, search
 from solver.core.row_blocks import LazyRows, blocks_of, scan
 from solver.estimators import CascadeODMClassifier, SVRGODMClassifier
 from solver.io.model_io import dumps, loads
@@ -374,3 +374,41 @@ def test_rungs_over_max_rows_are_left_out():
     whole = run(SearchSettings())
     assert [r["rows"] for r in whole.rungs] == [666, 2000, 6000]
     assert whole.row_bound == 6000 and whole.stop_reason == "all rows used"
+
+
+def test_kernel_rungs_stay_within_the_cache():
+    """A kernel rung has at most the rows whose fold fits hold no more rows than one solve of
+    the final fit (``solve_rows``, what its float32 kernel cache holds), however large the
+    budget: beyond it a fit runs on cached columns, dearer than the cost model's price.
+    Larger sizes give way to one rung of that many rows where it is at least sqrt(eta)
+    times the largest size under it, else the ladder ends there (no rung dearer than the
+    ladder's); ``rungs_in_cache=False`` keeps the ladder."""
+    s = SearchSettings()
+    assert _rung_sizes(4500, s) == [500, 1500, 4500]
+    assert _rung_sizes(4500, s, cache_rows=3000) == [500, 1500, 3000]
+    assert _rung_sizes(4500, s, cache_rows=2100) == [500, 1500]  # 2,100 < sqrt(3) x 1,500
+    assert _rung_sizes(4500, s, cache_rows=2700) == [500, 1500, 2700]
+    assert _rung_sizes(4500, s, cache_rows=4500) == [500, 1500, 4500]
+    assert _rung_sizes(4500, s, cache_rows=400) == [400]
+    X, y = checkerboard(4500, 7)
+    X = (X - X.min(0)) / (X.max(0) - X.min(0))
+
+    def run(settings: SearchSettings):
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=0.5, fixed={"gamma": 8.0, "theta": 0.3},
+                      auto=("lam",), seed=0, solve_rows=2000, settings=settings)
+
+    roomy = {"log_lam": (1.0, 3.0, 5.0), "budget_floor_seconds": 1e4, "refine_rounds": 0}
+    capped = run(SearchSettings(**roomy))
+    # 3,000-row rungs: 3 folds of 2,000 training rows
+    assert [r["rows"] for r in capped.rungs] == [500, 1500, 3000]
+    assert capped.row_bound == 3000 and capped.stop_reason == "kernel cache (3000 rows)"
+    assert max(r["rows"] for r in capped.table) == 3000
+    whole = run(SearchSettings(**roomy, rungs_in_cache=False))
+    assert [r["rows"] for r in whole.rungs] == [500, 1500, 4500]
+    assert whole.stop_reason == "all rows used"
+
+    def scores(res, rows):  # the rungs both ran scored the same candidates the same
+        return [(r["lam"], r["mean_accuracy"]) for r in res.table if r["rows"] == rows]
+
+    assert scores(capped, 1500) == scores(whole, 1500)
