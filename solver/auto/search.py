@@ -402,9 +402,9 @@ def _rung_sizes(n: int, s: SearchSettings, cache_rows: int | None = None) -> lis
     capped = [m for m in sizes if s.max_rows is None or m <= s.max_rows] or sizes[-1:]
     capped = capped[::-1]
     if cache_rows is not None and capped[-1] > cache_rows:
-        under = [m for m in capped if m <= cache_rows]
-        capped = under + [cache_rows] if (
-            not under or under[-1] * math.sqrt(s.eta) <= cache_rows) else under
+        capped = [m for m in capped if m <= cache_rows]
+        if not capped or capped[-1] * math.sqrt(s.eta) <= cache_rows:
+            capped.append(cache_rows)
     return capped
 
 
