@@ -84,13 +84,23 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
             "final_levels": levels, "plateau_rows": info.get("plateau_rows"),
-            "search_work": _search_work(info)}
+            "passed_over": info.get("passed_over"), "search_work": _search_work(info)}
 
 
 def _plateau(rows: int | None) -> str:
     """The search's learning-curve plateau (``solver.auto.search.plateau_rows``; none while
     the curve rises or with one halving rung), for the counted work's line."""
     return "; no plateau" if rows is None else f"; CV accuracy flat from {rows} rows"
+
+
+def _passed_over(over: dict[str, Any] | None, gamma_scale: float) -> str:
+    """The most accurate candidate ``select_work`` passed over, for the counted work's line."""
+    if over is None:
+        return ""
+    return (f"; least work within the error: over lam={over['lam']:.3g}, "
+            f"gamma={over['gamma'] / gamma_scale:.3g}x, theta={over['theta']:g} "
+            f"(CV {over['mean_accuracy']:.4f} against {over['chosen_mean_accuracy']:.4f}, "
+            f"work {over['chosen_work'] / over['work']:.2f}x)")
 
 
 def _search_work(info: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +119,8 @@ def _search_work(info: dict[str, Any]) -> dict[str, Any]:
             "candidates": [{"lam": r["lam"], "gamma_mult": r["gamma_mult"],
                             "theta": r["theta"], "rows": r["rows"], "stage": r["stage"],
                             "accuracy": r["mean_accuracy"], "cpu_s": r["cpu_seconds"],
-                            "faces": sum(len(f) for f in r["faces"])}
+                            "faces": sum(len(f) for f in r["faces"]),
+                            "work": r.get("work")}
                            for r in info["cv_table"]]}
 
 
@@ -264,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"{lv['partition_size']} rows, {lv['n_iter']} epochs, "
                             f"{lv['factorizations']} factorizations"
                             for lv in r["auto_odm"]["final_levels"])
-                        + _plateau(r["auto_odm"]["plateau_rows"]))
+                        + _plateau(r["auto_odm"]["plateau_rows"])
+                        + _passed_over(r["auto_odm"].get("passed_over"),
+                                       r["auto_odm"]["chosen"]["gamma"]
+                                       / r["auto_odm"]["gamma_mult"]))
     if len(args.seeds) > 1:
         print("\n" + _seed_summary(rows, args.datasets))
     print("\ncounted work (the same on any machine):\n" + "\n".join(work))

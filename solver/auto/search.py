@@ -84,6 +84,16 @@ its cache holds (:func:`solver.sodm.hierarchy.plateau_p`); while the curve still
 the partitions stay as large as the cache allows. Only CV accuracies decide, so the choice
 is the same on any machine.
 
+**The least work among the equally accurate** (``select_work``, 1.0 by default): within
+one binomial standard error of the most accurate candidate on the last rung's rows the
+accuracies do not rank the candidates, while their final fits' costs differ severalfold (a
+theta band of 0.2 against 0.5 at lam 10^6 gives larger Newton faces). So the choice is the
+candidate whose CV fits did the least counted work (:attr:`_Score.work`: factored faces and
+swept kernel values, the same on any machine) among those within that error and with at
+least the most accurate's lam, where that work is at most half the most accurate's; else
+the most accurate. Only where the budget is at least twice its floor; the most accurate
+candidate passed over is recorded (``passed_over``).
+
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
@@ -181,6 +191,13 @@ class CostModel:
 
 KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=3.29e-10, width_offset=100.0)
 LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.9e-8, width_offset=0.0)
+# One kernel value a coordinate-descent epoch reads, in the factorizations' flops: a float32
+# sweep streams ~2.5e9 values/s from memory where a float32 Cholesky runs ~1e11 flops/s on
+# the same core (docs/auto-params.md, "The cheapest of the equally accurate").
+EPOCH_WORK = 40.0
+# ``select_work`` takes a cheaper candidate only at most this share of the best's work, so
+# last-bit differences in counted faces between machines cannot flip the choice
+WORK_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -218,6 +235,7 @@ class SearchSettings:
     cv_float32: bool = True
     halve_pairs: bool = False
     rungs_in_cache: bool = True
+    select_work: float = 1.0
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -244,6 +262,18 @@ class _Score:
     fold_accuracy: list[float]
     cpu_seconds: float
     faces: list[list[int]]  # per fold: the faces its Newton steps factored (NewtonWork)
+    epochs: list[int] = field(default_factory=list)  # per fold: coordinate-descent epochs
+    fit_rows: list[int] = field(default_factory=list)  # per fold: the rows it was fitted on
+
+    @property
+    def work(self) -> float:
+        """The CV fits' counted work (the same on any machine): the faces' factorizations,
+        ``s^3 / 3`` each, plus ``EPOCH_WORK`` per kernel value each epoch reads (``m^2``
+        for ``m`` fold-training rows)."""
+        factors = sum(float(s) ** 3 / 3.0 for fold in self.faces for s in fold)
+        sweeps = sum(EPOCH_WORK * e * float(m) ** 2 for e, m in zip(self.epochs, self.fit_rows,
+                                                                  strict=True))
+        return factors + sweeps
 
 
 @dataclass
@@ -269,6 +299,8 @@ class AutoResult:
     settings: SearchSettings = field(default_factory=SearchSettings)
     kernel_matrices: dict[str, int] = field(default_factory=dict)
     plateau_rows: int | None = None
+    # select_work: the most accurate candidate the choice passed over, and both works
+    passed_over: dict[str, Any] | None = None
 
     def info(self) -> dict[str, Any]:
         s = self.settings
@@ -301,6 +333,7 @@ class AutoResult:
             "kernel_matrices": self.kernel_matrices,
             "plateau_rows": self.plateau_rows,
             "plateau_points": s.plateau_points,
+            "passed_over": self.passed_over,
         }
 
 
@@ -438,6 +471,7 @@ class _Search:
         self.shared = settings.share_kernels and not linear and self.problems == 1
         self.memo: KernelMemo | None = None
         self.folds_reversed = False  # the next scoring runs its folds last to first
+        self.passed_over: _Score | None = None  # the most accurate, where select_work took another
         lazy = isinstance(Xs, LazyRows)
         self.width = Xs.stats.width if lazy else _mean_width(Xs)
         n = float(len(y))
@@ -561,6 +595,7 @@ class _Search:
         k = len(splits)
         accs: dict[_Point, list[float]] = {q: [0.0] * k for q in todo}
         faces: dict[_Point, list[list[int]]] = {q: [[] for _ in range(k)] for q in todo}
+        epochs: dict[_Point, list[int]] = {q: [0] * k for q in todo}
         cpu: dict[_Point, float] = dict.fromkeys(todo, 0.0)
         start: dict[_Point, _Point | None] = {}
         finished: dict[_Point, _Score] = {}
@@ -576,12 +611,14 @@ class _Search:
                         self.predicted += self.candidate_seconds(q, rows)
                         start[q] = self.warm_source(q, rows, f)
                     t0 = time.process_time()
-                    accs[q][f], faces[q][f] = self._fold_fit(q, rows, f, tr, va, start[q])
+                    accs[q][f], faces[q][f], epochs[q][f] = self._fold_fit(q, rows, f, tr, va,
+                                                                           start[q])
                     cpu[q] += time.process_time() - t0
                     if f == folds[-1]:
                         finished[q] = _Score(q, rows, stage, float(np.mean(accs[q])),
                                              float(np.std(accs[q])), accs[q], cpu[q],
-                                             faces[q])
+                                             faces[q], epochs[q],
+                                             [len(tr_) for tr_, _ in splits])
                         if done is not None:
                             done(len(cands) - len(todo) + len(finished))
         for q in todo:  # recorded in the candidates' order, as if scored one by one
@@ -590,9 +627,10 @@ class _Search:
         return [self.scores[(q, rows)] for q in cands]
 
     def _fold_fit(self, p: _Point, rows: int, f: int, tr: np.ndarray, va: np.ndarray,
-                  start: _Point | None) -> tuple[float, list[int]]:
+                  start: _Point | None) -> tuple[float, list[int], int]:
         """Fit ``p`` on fold ``f``'s training rows (warm from ``start``'s duals of that fold
-        when given); its validation score and the faces its Newton steps factored."""
+        when given); its validation score, the faces its Newton steps factored and its
+        coordinate-descent epochs."""
         from sklearn.exceptions import ConvergenceWarning
 
         if self.should_stop is not None and self.should_stop():
@@ -614,7 +652,7 @@ class _Search:
         acc = self.weights.fold_score(self.y[va], est.predict(self.rows(va)), va)
         if self.warm:
             self.duals[(p, rows, f)] = _full_dual(est, self.y_idx[tr])
-        return acc, factored_faces(est)
+        return acc, factored_faces(est), int(np.sum(est.n_iter_))
 
     def kernel_memo(self, est) -> KernelMemo:
         """The search's kept kernel matrices (``share_kernels``): as many bytes as one CV
@@ -714,7 +752,33 @@ class _Search:
         best, refine_stop = self._refine(self.pick(rows), rows, self.screen_rows(rungs, rows))
         if refine_stop == "budget":
             stop = "budget"
-        return best, rungs, stop
+        return self.least_work(best, rows), rungs, stop
+
+    def least_work(self, best: _Score, rows: int) -> _Score:
+        """``select_work``: among the candidates scored on ``rows`` rows whose CV accuracy is
+        within ``select_work`` binomial standard errors of ``best``'s and whose lam is at
+        least ``best``'s, the one whose CV fits did the least counted work
+        (:attr:`_Score.work`), where that is at most ``WORK_SHARE`` of ``best``'s; else
+        ``best``. Within the folds' error the accuracies do not rank the candidates, and the
+        final fit's cost follows its CV fits' work (a wider theta band, fewer and smaller
+        faces). Never a smaller lam: a CV on a subsample already leans to a smaller lam than
+        all rows want (docs/auto-params.md, "The cheapest of the equally accurate"). Only
+        where the budget is at least twice its floor (a final fit predicted dear enough for
+        its cost to matter; a small search keeps its choice) and for kernel problems (a
+        linear fit factors nothing)."""
+        z = self.s.select_work
+        if (z <= 0 or self.cost is LINEAR_COST
+                or self.budget < 2.0 * self.s.budget_floor_seconds):
+            return best
+        acc = best.mean_accuracy
+        floor = acc - z * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
+        near = [sc for (_, m), sc in self.scores.items() if m == rows
+                and sc.mean_accuracy >= floor and sc.point.log_lam >= best.point.log_lam]
+        cheapest = min(near, key=lambda sc: (sc.work, self.preference(sc)), default=best)
+        if cheapest is not best and cheapest.work <= WORK_SHARE * best.work:
+            self.passed_over = best
+            return cheapest
+        return best
 
     def fits(self, rows: int) -> int:
         """How many candidates on ``rows`` rows fit what is left of the budget, keeping one
@@ -881,7 +945,12 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     table = [{**srch.values(sc.point), "gamma_mult": 10.0 ** sc.point.log_gamma_mult,
               "rows": sc.rows, "stage": sc.stage, "mean_accuracy": sc.mean_accuracy,
               "std_accuracy": sc.std_accuracy, "fold_accuracy": sc.fold_accuracy,
-              "cpu_seconds": sc.cpu_seconds, "faces": sc.faces} for sc in srch.table]
+              "cpu_seconds": sc.cpu_seconds, "faces": sc.faces, "epochs": sc.epochs,
+              "work": sc.work} for sc in srch.table]
+    over = srch.passed_over
+    passed_over = None if over is None else {
+        **srch.values(over.point), "mean_accuracy": over.mean_accuracy, "work": over.work,
+        "chosen_mean_accuracy": best.mean_accuracy, "chosen_work": best.work}
     return AutoResult(lam=vals["lam"], gamma=vals["gamma"], theta=vals["theta"], auto=auto,
                       gamma_scale=gamma_scale, table=table, rungs=rungs, folds=s.folds,
                       rows=best.rows, cpu_seconds=clock.seconds,
@@ -892,7 +961,8 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                       kernel_matrices={} if srch.memo is None else {
                           "computed": srch.memo.computed, "shared": srch.memo.hits},
                       plateau_rows=plateau_rows(rungs, srch.table, s.folds,
-                                                s.plateau_points))
+                                                s.plateau_points),
+                      passed_over=passed_over)
 
 
 def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
     accurate of those on a tie; 0 keeps the most accurate. With the budget at its floor the
     predictions do not depend on lam and the rule keeps the most accurate too."""
     s = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=1,
-                       refine_capped=False)
+                       refine_capped=False, select_work=0.0)
     lam_only = {"auto": ("lam",), "fixed": {"gamma": 10.0, "theta": 0.2}}
     plain = run(s, **lam_only)
     ruled = run(SearchSettings(**{**s.__dict__, "select_se": 3.0}), **lam_only)
@@ -263,6 +263,54 @@ def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
                    **lam_only)
     assert chosen(at_floor)["mean_accuracy"] == max(
         r["mean_accuracy"] for r in last(at_floor))
+
+
+def test_select_work_takes_the_least_work_within_the_standard_error():
+    """``select_work`` (on by default): among the last rung's candidates within that many
+    binomial standard errors of the most accurate and with at least its lam, the one whose
+    CV fits did the least counted work, where that is at most half the most accurate's;
+    the CV table is the same as without the rule, which only picks. A search whose budget
+    is under twice its floor keeps the most accurate."""
+    from solver.auto.search import WORK_SHARE
+
+    X, y = checkerboard(900, 3)
+
+    def go(**kw):
+        s = SearchSettings(**{"budget_floor_seconds": 0.0, "budget_factor": 1e6,
+                              "refine_rounds": 1, "refine_capped": False, **kw})
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={},
+                      auto=("lam", "gamma", "theta"), seed=0, settings=s)
+
+    def key(r):
+        return (r["lam"], r["gamma"], r["theta"])
+
+    plain, ruled = go(select_work=0.0), go()
+    assert ruled.settings.select_work == 1.0
+    assert [(key(r), r["rows"], r["fold_accuracy"], r["work"]) for r in plain.table] == [
+        (key(r), r["rows"], r["fold_accuracy"], r["work"]) for r in ruled.table]
+    last = [r for r in ruled.table if r["rows"] == ruled.rows]
+    best = min(last, key=lambda r: (-r["mean_accuracy"], r["lam"], r["gamma"],
+                                    abs(r["theta"] - 0.5)))
+    assert (plain.lam, plain.gamma, plain.theta) == key(best) and plain.passed_over is None
+    acc = best["mean_accuracy"]
+    floor = acc - math.sqrt(acc * (1 - acc) / ruled.rows)
+    near = [r for r in last if r["mean_accuracy"] >= floor and r["lam"] >= best["lam"]]
+    cheapest = min(near, key=lambda r: r["work"])
+    # on this board the rule moves (this can fail): the most accurate ran into max_iter
+    assert cheapest["work"] <= WORK_SHARE * best["work"]
+    assert (ruled.lam, ruled.gamma, ruled.theta) == key(cheapest) != key(best)
+    over = ruled.info()["passed_over"]
+    assert (over["lam"], over["gamma"], over["theta"]) == key(best)
+    assert over["work"] == best["work"] and over["chosen_work"] == cheapest["work"]
+    assert cheapest["lam"] >= best["lam"] and cheapest["mean_accuracy"] < acc
+    # counted work: s^3 / 3 per factored face plus EPOCH_WORK per kernel value swept
+    assert all(len(r["epochs"]) == 3 and min(r["epochs"]) >= 1 for r in last)
+    small = go(budget_floor_seconds=1e6, budget_factor=3.0)
+    assert small.passed_over is None
+    small_last = [r for r in small.table if r["rows"] == small.rows]
+    assert next(r for r in small_last if key(r) == (small.lam, small.gamma, small.theta))[
+        "mean_accuracy"] == max(r["mean_accuracy"] for r in small_last)
 
 
 def test_the_refinement_spends_at_most_the_budget_floor():
