@@ -32,7 +32,9 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    (``refine_capped``; 10 s predicted, so a search whose budget is its floor refines as
    before): a larger budget buys rows, not refinement. On larger data the refinement's
    moves were within the folds' standard error and it cost up to three quarters of the
-   search (issue 34, docs/auto-params.md). The rungs keep its reserve either way.
+   search (issue 34, docs/auto-params.md), so a search whose budget is at least twice its
+   floor does not refine at all (``refine_under_floors``): there ``select_work`` takes
+   such moves as ties. The rungs keep its reserve either way.
 
 **Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
 each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
@@ -236,6 +238,7 @@ class SearchSettings:
     halve_pairs: bool = False
     rungs_in_cache: bool = True
     select_work: float = 1.0
+    refine_under_floors: float | None = 2.0
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -749,7 +752,9 @@ class _Search:
                 ranked = sorted((sc for (_, m), sc in self.scores.items() if m == rows),
                                 key=self.preference)
         rows = ranked[0].rows
-        best, refine_stop = self._refine(self.pick(rows), rows, self.screen_rows(rungs, rows))
+        best, refine_stop = self.pick(rows), "not refined"
+        if self.refines():
+            best, refine_stop = self._refine(best, rows, self.screen_rows(rungs, rows))
         if refine_stop == "budget":
             stop = "budget"
         return self.least_work(best, rows), rungs, stop
@@ -779,6 +784,14 @@ class _Search:
             self.passed_over = best
             return cheapest
         return best
+
+    def refines(self) -> bool:
+        """Whether the refinement runs (``refine_under_floors``): always with None, else only
+        where the budget is under that many floors. Above it the refinement's moves were
+        within the folds' standard error (docs/auto-params.md), which ``select_work`` takes
+        as ties; the rungs keep its reserve either way, so they are the same rungs."""
+        k = self.s.refine_under_floors
+        return k is None or self.budget < k * self.s.budget_floor_seconds
 
     def fits(self, rows: int) -> int:
         """How many candidates on ``rows`` rows fit what is left of the budget, keeping one

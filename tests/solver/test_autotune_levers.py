@@ -232,7 +232,7 @@ def test_select_se_takes_the_cheapest_candidate_within_the_standard_error():
     accurate of those on a tie; 0 keeps the most accurate. With the budget at its floor the
     predictions do not depend on lam and the rule keeps the most accurate too."""
     s = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=1,
-                       refine_capped=False, select_work=0.0)
+                       refine_capped=False, select_work=0.0, refine_under_floors=None)
     lam_only = {"auto": ("lam",), "fixed": {"gamma": 10.0, "theta": 0.2}}
     plain = run(s, **lam_only)
     ruled = run(SearchSettings(**{**s.__dict__, "select_se": 3.0}), **lam_only)
@@ -277,7 +277,8 @@ def test_select_work_takes_the_least_work_within_the_standard_error():
 
     def go(**kw):
         s = SearchSettings(**{"budget_floor_seconds": 0.0, "budget_factor": 1e6,
-                              "refine_rounds": 1, "refine_capped": False, **kw})
+                              "refine_rounds": 1, "refine_capped": False,
+                              "refine_under_floors": None, **kw})
         return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
                       linear=False, gamma_scale=1.0, fixed={},
                       auto=("lam", "gamma", "theta"), seed=0, settings=s)
@@ -318,7 +319,8 @@ def test_the_refinement_spends_at_most_the_budget_floor():
     budget's floor, whatever the budget: the same rungs (the refinement's reserve kept) as
     without the cap, fewer refinement steps where the budget is larger; a search whose
     budget is its floor refines as before."""
-    large = SearchSettings(budget_floor_seconds=0.2, budget_factor=1e6, lam_cost_slope=0.0)
+    large = SearchSettings(budget_floor_seconds=0.2, budget_factor=1e6, lam_cost_slope=0.0,
+                           refine_under_floors=None)
     capped = run(large)
     free = run(SearchSettings(**{**large.__dict__, "refine_capped": False}))
 
@@ -337,6 +339,22 @@ def test_the_refinement_spends_at_most_the_budget_floor():
     small = SearchSettings(budget_floor_seconds=1e6)
     assert cv_table(run(small)) == cv_table(run(SearchSettings(**{**small.__dict__,
                                                                   "refine_capped": False})))
+
+
+def test_the_refinement_runs_only_under_twice_the_floor():
+    """``refine_under_floors`` (2.0 by default): a search whose budget is at least twice its
+    floor does not refine (its choice is the last rung's, the rungs the same as with the
+    refinement, whose reserve they keep); under it, or with None, it refines."""
+    large = SearchSettings(budget_floor_seconds=0.2, budget_factor=1e6, lam_cost_slope=0.0)
+    plain = run(large)
+    refined = run(SearchSettings(**{**large.__dict__, "refine_under_floors": None}))
+    assert not any(r["stage"] == "refine" for r in plain.table)
+    assert any(r["stage"] == "refine" for r in refined.table)
+    assert plain.rungs == [{**r, "cpu_seconds": c["cpu_seconds"]}
+                           for r, c in zip(refined.rungs, plain.rungs, strict=True)]
+    assert cv_table(plain) == [r for r in cv_table(refined) if r[3] != "refine"]
+    at_floor = run(SearchSettings(budget_floor_seconds=1e6))
+    assert any(r["stage"] == "refine" for r in at_floor.table)
 
 
 def test_the_search_maps_the_pages_of_its_large_arrays_once_and_reuses_them(monkeypatch):
