@@ -32,9 +32,9 @@ model's own scaler), by k-fold stratified cross-validation accuracy of the *exac
    (``refine_capped``; 10 s predicted, so a search whose budget is its floor refines as
    before): a larger budget buys rows, not refinement. On larger data the refinement's
    moves were within the folds' standard error and it cost up to three quarters of the
-   search (issue 34, docs/auto-params.md), so a search whose budget is at least twice its
-   floor does not refine at all (``refine_under_floors``): there ``select_work`` takes
-   such moves as ties. The rungs keep its reserve either way.
+   search (issue 34, docs/auto-params.md), so a kernel search whose budget is at least
+   twice its floor does not refine at all (``refine_under_floors``): there ``select_work``
+   takes such moves as ties. The rungs keep its reserve either way.
 
 **Warm starts along the lam path** (``warm_lam``, on by default; binary kernel problems):
 each CV fit starts from the duals of the same fold's fit at the nearest lam already scored
@@ -786,12 +786,14 @@ class _Search:
         return best
 
     def refines(self) -> bool:
-        """Whether the refinement runs (``refine_under_floors``): always with None, else only
-        where the budget is under that many floors. Above it the refinement's moves were
-        within the folds' standard error (docs/auto-params.md), which ``select_work`` takes
-        as ties; the rungs keep its reserve either way, so they are the same rungs."""
+        """Whether the refinement runs (``refine_under_floors``): always with None or for the
+        linear kernel, else only where the budget is under that many floors. Above it the
+        kernel searches' refinement moved within the folds' standard error
+        (docs/auto-params.md), which ``select_work`` takes as ties; the rungs keep its
+        reserve either way, so they are the same rungs."""
         k = self.s.refine_under_floors
-        return k is None or self.budget < k * self.s.budget_floor_seconds
+        return (k is None or self.cost is LINEAR_COST
+                or self.budget < k * self.s.budget_floor_seconds)
 
     def fits(self, rows: int) -> int:
         """How many candidates on ``rows`` rows fit what is left of the budget, keeping one

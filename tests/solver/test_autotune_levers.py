@@ -342,9 +342,10 @@ def test_the_refinement_spends_at_most_the_budget_floor():
 
 
 def test_the_refinement_runs_only_under_twice_the_floor():
-    """``refine_under_floors`` (2.0 by default): a search whose budget is at least twice its
-    floor does not refine (its choice is the last rung's, the rungs the same as with the
-    refinement, whose reserve they keep); under it, or with None, it refines."""
+    """``refine_under_floors`` (2.0 by default): a kernel search whose budget is at least
+    twice its floor does not refine (its choice is the last rung's, the rungs the same as
+    with the refinement, whose reserve they keep); under it, with None, or for the linear
+    kernel it refines."""
     large = SearchSettings(budget_floor_seconds=0.2, budget_factor=1e6, lam_cost_slope=0.0)
     plain = run(large)
     refined = run(SearchSettings(**{**large.__dict__, "refine_under_floors": None}))
@@ -355,6 +356,12 @@ def test_the_refinement_runs_only_under_twice_the_floor():
     assert cv_table(plain) == [r for r in cv_table(refined) if r[3] != "refine"]
     at_floor = run(SearchSettings(budget_floor_seconds=1e6))
     assert any(r["stage"] == "refine" for r in at_floor.table)
+    X, y = checkerboard(900, 3)
+    linear = search(lambda v: ODMClassifier(kernel="linear", scale=False, random_state=0, **v),
+                    X, y, linear=True, gamma_scale=1.0, fixed={"gamma": 1.0, "theta": 0.2},
+                    auto=("lam",), seed=0, settings=large)
+    assert linear.budget_cpu_seconds >= 2 * 0.2
+    assert any(r["stage"] == "refine" for r in linear.table)  # the linear kernel refines
 
 
 def test_the_search_maps_the_pages_of_its_large_arrays_once_and_reuses_them(monkeypatch):
