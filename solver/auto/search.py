@@ -193,9 +193,9 @@ class CostModel:
 
 KERNEL_COST = CostModel(exponent=2.0, overhead=1e-4, unit=3.29e-10, width_offset=100.0)
 LINEAR_COST = CostModel(exponent=1.0, overhead=1.26e-3, unit=4.9e-8, width_offset=0.0)
-# One kernel value a coordinate-descent epoch reads, in the factorizations' flops: a float32
-# sweep streams ~2.5e9 values/s from memory where a float32 Cholesky runs ~1e11 flops/s on
-# the same core (docs/auto-params.md, "The cheapest of the equally accurate").
+# One kernel value a coordinate-descent epoch reads, counted as this many flops of a face
+# factorization: a hand-set weight (a sweep is bound by memory, a factorization by
+# arithmetic), not fitted (docs/auto-params.md, "The cheapest of the equally accurate").
 EPOCH_WORK = 40.0
 # ``select_work`` takes a cheaper candidate only at most this share of the best's work, so
 # last-bit differences in counted faces between machines cannot flip the choice
@@ -779,7 +779,7 @@ class _Search:
         floor = acc - z * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
         near = [sc for (_, m), sc in self.scores.items() if m == rows
                 and sc.mean_accuracy >= floor and sc.point.log_lam >= best.point.log_lam]
-        cheapest = min(near, key=lambda sc: (sc.work, self.preference(sc)), default=best)
+        cheapest = min(near, key=lambda sc: (sc.work, self.preference(sc)))  # best is near
         if cheapest is not best and cheapest.work <= WORK_SHARE * best.work:
             self.passed_over = best
             return cheapest
