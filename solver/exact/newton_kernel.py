@@ -47,6 +47,7 @@ __all__ = [
     "NewtonWork",
     "NewtonSchedule",
     "FaceSystems",
+    "factor_solve",
     "active_set_newton",
     "block_rows",
     "pcg",
