@@ -39,6 +39,12 @@ def add_poly_sums(G: np.ndarray, gamma: float, coef0: float, degree: int,
 
 
 def compile_loops() -> None:
-    """Compile (or load from numba's on-disk cache) every compiled loop once, so that the
-    first job or request does not pay for it."""
+    """Compile (or load from numba's on-disk cache) every compiled loop of the local solvers
+    once, for the argument types they pass, so that the first job or request does not pay
+    for it (``tests/solver/test_compiled_loops.py`` checks that a default fit then compiles
+    nothing)."""
+    from solver.linear import dsvrg, newton_linear
+
     _nk.warmup()
+    newton_linear.warmup()
+    dsvrg.warmup()

@@ -222,7 +222,8 @@ def violations_from_margins(u, alpha, dz, db, theta, out):
 
 
 def warmup() -> None:
-    """Compile (or load from the on-disk cache) every loop once, on tiny inputs."""
+    """Compile (or load from the on-disk cache) every loop once, on tiny inputs, with the
+    argument types the solvers pass (numba compiles once per type signature)."""
     y = np.ones(2)
     a = np.zeros((2, 2))
     f = np.zeros(2)
@@ -234,13 +235,23 @@ def warmup() -> None:
                      np.zeros(2, dtype=np.int64), 1, np.ones(2), y, a.copy(), f.copy(),
                      y, y, 0.1, act.copy(), np.inf, True, st.copy(), 1e-12, 1e-12)
     pair_violations(f, y, a, y, y, 0.1, np.empty(2))
+    linear_sweep_dense(order, np.eye(2), y, y, a.copy(), f.copy(), y, y, 0.1, act.copy(),
+                       np.inf, True, st.copy())
+    linear_sweep_csr(order, np.arange(3, dtype=np.int32), np.arange(2, dtype=np.int32),
+                     np.ones(2), y, y, a.copy(), f.copy(), y, y, 0.1, act.copy(), np.inf, True,
+                     st.copy())
     violations_from_margins(f, a, y, y, 0.1, np.empty(2))
     rbf_combination(np.eye(2), f, f, 1.0, np.ones((2, 1)), np.zeros((2, 1)))
     for dt in (np.float64, np.float32):
         rbf_finish(np.eye(2), f, f, 1.0, np.empty((2, 2), dtype=dt))
         rbf_direct(np.eye(2), np.eye(2), 1.0, np.empty((2, 2), dtype=dt))
+        poly_finish(np.eye(2), 1.0, 1.0, 3, np.empty((2, 2), dtype=dt))
+        # the Newton steps' face products and face gathers, from either kernel storage
+        rows_combination(np.eye(2, dtype=dt), order, f, np.empty(2))
+        gather_block(np.eye(2, dtype=dt), order, order, np.empty((2, 2), dtype=np.float32))
     rbf_direct_combination(np.eye(2), np.eye(2), 1.0, np.ones((2, 1)), np.zeros((2, 1)))
     poly_combination(np.eye(2), 1.0, 1.0, 3, np.ones((2, 1)), np.zeros((2, 1)))
+    drop_and_scale(np.eye(2, dtype=np.float32), np.float32(0.0), np.float32(1.0))
 
 
 # ------------------------------------------------------------------ kernel-block finishing

@@ -61,7 +61,7 @@ from solver.sodm.partition import partition_members, stratified_partitions
 
 __all__ = ["LinearResult", "sodm_linear", "full_gradient", "instance_coefficients",
            "default_partitions", "default_step_size", "svrg_inner", "inner_csr",
-           "inner_dense", "linear_partitions", "validation_accuracy"]
+           "inner_dense", "linear_partitions", "validation_accuracy", "warmup"]
 
 ProgressFn = Callable[[float, str, dict], None]
 StopFn = Callable[[], bool]
@@ -189,6 +189,17 @@ def inner_dense(order, X, y, sw, xu, cw, v, s, eta, slam, theta, ups):
                 v[k] *= s
             s = 1.0
     return s
+
+
+def warmup() -> None:
+    """Compile (or load from numba's cache) the inner passes for the types the solver passes
+    (CSR indices as scipy stores them, int32)."""
+    order = np.arange(2, dtype=np.int64)
+    v = np.zeros(2)
+    inner_csr(order, np.arange(3, dtype=np.int32), np.arange(2, dtype=np.int32), np.ones(2),
+              np.ones(2), np.ones(2), v, v, v.copy(), 1.0, 0.1, 1.0, 0.1, 1.0)
+    inner_dense(order, np.eye(2), np.ones(2), np.ones(2), v, v, v.copy(), 1.0, 0.1, 1.0, 0.1,
+                1.0)
 
 
 def svrg_inner(X, y, w_tilde: np.ndarray, h: np.ndarray, orders: list[np.ndarray],

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.linalg import cho_factor, cho_solve
 
-__all__ = ["primal_newton", "alpha_from_margins"]
+__all__ = ["primal_newton", "alpha_from_margins", "warmup"]
 
 _GTOL = 1e-12  # relative gradient or Newton step size treated as zero
 
@@ -42,6 +42,13 @@ def alpha_from_margins(u: np.ndarray, dz: np.ndarray, db: np.ndarray,
     """The dual pairs of the KKT closed forms, ``(m, 2)`` = [xi / dz, eps / db]."""
     return np.column_stack((np.maximum(0.0, 1.0 - theta - u) / dz,
                             np.maximum(0.0, u - 1.0 - theta) / db))
+
+
+def warmup() -> None:
+    """Compile (or load from numba's cache) :func:`_line_search` for the types the solver
+    passes."""
+    v = np.zeros(2)
+    _line_search(0.0, 1.0, v, v, v, v, 0.1)
 
 
 @njit(cache=True)
