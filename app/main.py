@@ -79,16 +79,20 @@ GC_THRESHOLDS = (50_000, 20, 20)  # gc.set_threshold of an API process
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """Per API process: BLAS on one thread (concurrency comes from the evaluation slots,
-    ``app.services.inference.batcher``), the cache-invalidation subscriber, the ingest forkserver,
-    the sweep of abandoned uploads and the served margins' flusher
-    (``app.services.inference.monitoring``); at shutdown, uploads still waiting for a parse slot are
-    failed."""
+    ``app.services.inference.batcher``), the prediction loops compiled, the cache-invalidation
+    subscriber, the ingest forkserver, the sweep of abandoned uploads and the served margins'
+    flusher (``app.services.inference.monitoring``); at shutdown, uploads still waiting for a
+    parse slot are failed."""
     from threadpoolctl import threadpool_limits
 
     from app.services.data import ingest_process, ingest_queue, ingest_sweep
     from app.services.inference import invalidation, monitoring
+    from solver import kernel_sums
 
     blas = threadpool_limits(1)
+    # the prediction loops compiled (or loaded from numba's cache) before the first request:
+    # in a new container that would otherwise cost the first /predict a second or more
+    kernel_sums.compile_serving_loops()
     invalidation.start()
     monitoring.start()
     threading.Thread(target=ingest_process.warm, daemon=True, name="sodm-ingest-warm").start()

@@ -14,7 +14,7 @@ from solver.core import _numba_kernels as _nk
 from solver.core.kernels import DIRECT_RBF_MAX_FEATURES
 
 __all__ = ["DIRECT_RBF_MAX_FEATURES", "add_rbf_sums", "add_rbf_sums_from_points",
-           "add_poly_sums", "compile_loops"]
+           "add_poly_sums", "compile_loops", "compile_serving_loops"]
 
 
 def add_rbf_sums(G: np.ndarray, sa: np.ndarray, sb: np.ndarray, gamma: float,
@@ -36,6 +36,16 @@ def add_poly_sums(G: np.ndarray, gamma: float, coef0: float, degree: int,
                   coef: np.ndarray, out: np.ndarray) -> None:
     """``out[i] += sum_j (gamma G_ij + coef0)^degree coef[j]``."""
     _nk.poly_combination(G, gamma, coef0, degree, coef, out)
+
+
+def compile_serving_loops() -> None:
+    """Compile (or load from numba's on-disk cache) the loops a prediction calls, with the
+    types the serving path passes (float64, C order): the API process runs it at start, so
+    that its first ``/predict`` does not pay for compiling them."""
+    x, s = np.eye(2), np.ones(2)
+    add_rbf_sums(x, s, s, 1.0, np.ones((2, 1)), np.zeros((2, 1)))
+    add_rbf_sums_from_points(x, x, 1.0, np.ones((2, 1)), np.zeros((2, 1)))
+    add_poly_sums(x, 1.0, 1.0, 3, np.ones((2, 1)), np.zeros((2, 1)))
 
 
 def compile_loops() -> None:

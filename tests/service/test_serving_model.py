@@ -1,8 +1,15 @@
 """The serving evaluator (``app.services.inference.evaluator.ServingModel``) against the
 estimator it serves: RBF models of a few features sum kernel values made from the points,
-wider ones go through inner products, and both give the library's decision values."""
+wider ones go through inner products, and both give the library's decision values; after the
+API process's warm-up (``solver.kernel_sums.compile_serving_loops``) a prediction compiles
+nothing."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,3 +35,41 @@ def test_served_decision_values_are_the_estimators(d: int, n_classes: int) -> No
     assert F.shape == want.shape == (57, 1 if n_classes == 2 else n_classes)
     np.testing.assert_allclose(F, want, rtol=1e-12, atol=1e-12)
     assert served.labels(F) == est.predict(rows).tolist()
+
+
+_WARM_UP = """
+import json, sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+from app.services.inference.evaluator import ServingModel
+from solver import ODMClassifier, kernel_sums
+
+rng = np.random.default_rng(0)
+X = rng.random((200, 30))
+y = np.where(X[:, 0] + X[:, 1] > 1.0, 1, -1)
+models = [ODMClassifier(kernel="rbf", random_state=0).fit(X[:, :3], y),  # few features
+          ODMClassifier(kernel="rbf", random_state=0).fit(X, y),
+          ODMClassifier(kernel="poly", degree=2, random_state=0).fit(X, y)]
+kernel_sums.compile_serving_loops()
+
+
+def signatures():
+    return {f"{name}.{attr}": len(obj.signatures) for name, mod in list(sys.modules.items())
+            if name.startswith("solver") and mod is not None
+            for attr, obj in vars(mod).items() if isinstance(obj, CPUDispatcher)}
+
+
+before = signatures()
+for est in models:
+    ServingModel(est).decision(X[:5, :est.n_features_in_])
+after = signatures()
+print(json.dumps({k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}))
+"""
+
+
+def test_a_prediction_compiles_nothing_after_the_serving_warm_up() -> None:
+    # the models are fitted before the warm-up, but fitting never calls the serving loops
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", _WARM_UP], capture_output=True, text=True,
+                         check=True, cwd=root, timeout=600).stdout.strip().splitlines()[-1]
+    assert json.loads(out) == {}

@@ -1,5 +1,6 @@
 """The warm-up of the compiled loops (``solver.kernel_sums.compile_loops``, which every worker
-runs at start) covers what a job calls: after it, the default request's fit compiles nothing."""
+runs at start) covers what a job calls: after it, the default request's fit compiles nothing
+(the API's warm-up of the prediction loops: tests/service/test_serving_model.py)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,4 @@ def test_a_default_fit_compiles_nothing_after_the_warm_up() -> None:
     # the auto search factored faces, so the Newton steps' loops ran too
     assert got["faces"] > 0 and got["loops"] >= 20
     assert got["new"] == {}
+
