@@ -6,17 +6,13 @@ nothing."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from app.services.inference.evaluator import ServingModel
 from solver import ODMClassifier
 from solver.kernel_sums import DIRECT_RBF_MAX_FEATURES
+from tests.fixtures.compiled_loops import run_fresh
 
 
 @pytest.mark.parametrize("d", [3, DIRECT_RBF_MAX_FEATURES + 1])
@@ -37,10 +33,9 @@ def test_served_decision_values_are_the_estimators(d: int, n_classes: int) -> No
     assert served.labels(F) == est.predict(rows).tolist()
 
 
+
 _WARM_UP = """
-import json, sys
 import numpy as np
-from numba.core.registry import CPUDispatcher
 from app.services.inference.evaluator import ServingModel
 from solver import ODMClassifier, kernel_sums
 
@@ -51,25 +46,13 @@ models = [ODMClassifier(kernel="rbf", random_state=0).fit(X[:, :3], y),  # few f
           ODMClassifier(kernel="rbf", random_state=0).fit(X, y),
           ODMClassifier(kernel="poly", degree=2, random_state=0).fit(X, y)]
 kernel_sums.compile_serving_loops()
-
-
-def signatures():
-    return {f"{name}.{attr}": len(obj.signatures) for name, mod in list(sys.modules.items())
-            if name.startswith("solver") and mod is not None
-            for attr, obj in vars(mod).items() if isinstance(obj, CPUDispatcher)}
-
-
 before = signatures()
 for est in models:
     ServingModel(est).decision(X[:5, :est.n_features_in_])
-after = signatures()
-print(json.dumps({k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}))
+print(json.dumps(new_since(before)))
 """
 
 
 def test_a_prediction_compiles_nothing_after_the_serving_warm_up() -> None:
     # the models are fitted before the warm-up, but fitting never calls the serving loops
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", _WARM_UP], capture_output=True, text=True,
-                         check=True, cwd=root, timeout=600).stdout.strip().splitlines()[-1]
-    assert json.loads(out) == {}
+    assert run_fresh(_WARM_UP) == {}

@@ -4,27 +4,14 @@ runs at start) covers what a job calls: after it, the default request's fit comp
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from tests.fixtures.compiled_loops import run_fresh
 
-# run in a fresh interpreter: in the test process earlier tests have called the loops already
 _SCRIPT = """
-import json, sys, warnings
+import warnings
 import numpy as np, scipy.sparse as sp
-from numba.core.registry import CPUDispatcher
 from solver import ODMClassifier, SODMClassifier, kernel_sums
 
 kernel_sums.compile_loops()
-
-
-def signatures():
-    return {f"{name}.{attr}": len(obj.signatures) for name, mod in list(sys.modules.items())
-            if name.startswith("solver") and mod is not None
-            for attr, obj in vars(mod).items() if isinstance(obj, CPUDispatcher)}
-
-
 before = signatures()
 rng = np.random.default_rng(0)
 X = rng.random((800, 4))
@@ -36,20 +23,13 @@ with warnings.catch_warnings():
         SODMClassifier(kernel="linear", lam="auto", random_state=0).fit(Xi, y)
         ODMClassifier(kernel="linear", random_state=0).fit(Xi, y)
     ODMClassifier(kernel="poly", degree=2, random_state=0).fit(X[:300], y[:300])
-after = signatures()
 faces = sum(len(f) for row in auto.fit_info_["auto"]["cv_table"] for f in row["faces"])
-print(json.dumps({"new": {k: n - before.get(k, 0) for k, n in after.items()
-                          if n != before.get(k, 0)},
-                  "loops": len(after), "faces": faces}))
+print(json.dumps({"new": new_since(before), "loops": len(signatures()), "faces": faces}))
 """
 
 
 def test_a_default_fit_compiles_nothing_after_the_warm_up() -> None:
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
-                         check=True, cwd=root, timeout=600).stdout.strip().splitlines()[-1]
-    got = json.loads(out)
+    got = run_fresh(_SCRIPT)
     # the auto search factored faces, so the Newton steps' loops ran too
     assert got["faces"] > 0 and got["loops"] >= 20
     assert got["new"] == {}
-
