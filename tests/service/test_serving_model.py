@@ -33,7 +33,6 @@ def test_served_decision_values_are_the_estimators(d: int, n_classes: int) -> No
     assert served.labels(F) == est.predict(rows).tolist()
 
 
-
 _WARM_UP = """
 import numpy as np
 from app.services.inference.evaluator import ServingModel
