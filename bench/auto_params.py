@@ -13,9 +13,11 @@ with seed 0; features min-max scaled on the training split):
 * **SVC** (LIBSVM, RBF, ``cache_size`` 512 MB like ODM's default): C in 10^-2..10^5 and
   gamma in 10^-1..10^3 x the "scale" gamma 1/(d Var X) (8 x 5 = 40 points) tuned by
   scikit-learn's ``HalvingGridSearchCV`` with the same CV budget as the auto search: the
-  same successive-halving schedule (factor 3, first rung 500 rows, 3-fold stratified CV)
-  up to the same largest rung (the rows of auto-ODM's last rung, a stratified subsample of
-  the training split), then refitted on the whole training split.
+  same successive-halving schedule (factor 3, first rung 500 rows, 3-fold stratified CV;
+  ``--svc-folds`` sets another count) up to the same largest rung (the rows of auto-ODM's
+  last rung, a stratified subsample of the training split), then refitted on the whole
+  training split. Auto-ODM's own search uses 2 folds where its budget is at least twice
+  its floor (``large_folds``); the counted work's line says each side's folds.
 
 Both run in this process one after the other, so the CPU ratios compare like with like.
 Every compiled loop is loaded before anything is timed (``solver.kernel_sums.compile_loops``,
@@ -83,7 +85,7 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "final_predicted_cpu_s": info["final_fit_estimate_cpu_seconds"],
             "budget_predicted_cpu_s": info["budget_cpu_seconds"],
             "total_cpu_s": clock.seconds, "wall_s": wall, "cv_rows": info["rows"],
-            "row_bound": info["row_bound"], "rungs": info["rungs"],
+            "row_bound": info["row_bound"], "folds": info["folds"], "rungs": info["rungs"],
             "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
             "final_levels": levels, "plateau_rows": info.get("plateau_rows"),
@@ -127,7 +129,7 @@ def _search_work(info: dict[str, Any]) -> dict[str, Any]:
                            for r in info["cv_table"]]}
 
 
-def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
+def _svc(X, y, Xt, yt, seed: int, max_rows: int, folds: int = 3) -> dict[str, Any]:
     from sklearn.experimental import enable_halving_search_cv  # noqa: F401
     from sklearn.model_selection import HalvingGridSearchCV, StratifiedKFold, train_test_split
     from sklearn.svm import SVC
@@ -142,7 +144,7 @@ def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
                                         random_state=seed)
     else:
         Xs, ys = X, y
-    cv = StratifiedKFold(n_splits=3, shuffle=True, random_state=seed)
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     search = HalvingGridSearchCV(SVC(kernel="rbf", cache_size=512), grid, factor=3, cv=cv,
                                  resource="n_samples", min_resources=min(500, len(ys)),
                                  max_resources=len(ys), aggressive_elimination=False,
@@ -155,7 +157,7 @@ def _svc(X, y, Xt, yt, seed: int, max_rows: int) -> dict[str, Any]:
         svc.fit(X, y)
     return {"accuracy": float(svc.score(Xt, yt)), "C": best["C"],
             "gamma_mult": best["gamma"] / g0, "search_cpu_s": cv_clock.seconds,
-            "final_cpu_s": fit_clock.seconds, "cv_rows": int(len(ys)),
+            "final_cpu_s": fit_clock.seconds, "cv_rows": int(len(ys)), "folds": folds,
             "n_candidates": len(search.cv_results_["params"]),
             "n_evaluations": int(len(search.cv_results_["iter"]))}
 
@@ -168,7 +170,7 @@ def design_split(X, y) -> tuple[Any, Any, np.ndarray, np.ndarray]:
     return train_test_split(X, y, test_size=0.2, stratify=y, random_state=1)
 
 
-def run_dataset(name: str, design: bool, seed: int) -> dict[str, Any]:
+def run_dataset(name: str, design: bool, seed: int, svc_folds: int = 3) -> dict[str, Any]:
     sp = load_split(name, seed=seed)
     X, y = sp.X_train, sp.y_train
     if design:
@@ -176,7 +178,7 @@ def run_dataset(name: str, design: bool, seed: int) -> dict[str, Any]:
     else:
         Xt, yt = sp.X_test, sp.y_test
     odm = _auto_odm(X, y, Xt, yt, seed)
-    svc = _svc(X, y, Xt, yt, seed, odm["cv_rows"])
+    svc = _svc(X, y, Xt, yt, seed, odm["cv_rows"], svc_folds)
     gap = 100.0 * (odm["accuracy"] - svc["accuracy"])
     return {"dataset": name, "seed": seed, "n_train": int(len(y)), "n_eval": int(len(yt)),
             "evaluated_on": "validation (from training)" if design else "test",
@@ -245,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="seeds to repeat every dataset with (splits, CV subsamples)")
     ap.add_argument("--out", help="write the JSON record here")
+    ap.add_argument("--svc-folds", type=int, default=3,
+                    help="the SVC search's stratified folds (default 3, issue 34's peer)")
     ap.add_argument("--settings", nargs="+", default=[], metavar="KEY=VALUE",
                     help="A/B runs: replace these fields of the search's default "
                          "SearchSettings in this process (e.g. cv_tol=0.01)")
@@ -267,11 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     work: list[str] = []
     for name in args.datasets:
         for seed in args.seeds:
-            r = run_dataset(name, args.design, seed)
+            r = run_dataset(name, args.design, seed, args.svc_folds)
             rows.append(r)
             print(_fmt(r), flush=True)
             w = r["auto_odm"]["search_work"]
-            work.append(f"- {r['dataset']}: evaluations {w['evaluations']}, refinement "
+            work.append(f"- {r['dataset']}: {r['auto_odm']['folds']} folds (the SVC "
+                        f"{r['svc']['folds']}), evaluations {w['evaluations']}, refinement "
                         f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "
                         f"(work {w['factor_work']:.3g}); kernel matrices "
                         f"{w.get('kernel_matrices') or 'one per fit'}; final fit " + "; ".join(

@@ -86,15 +86,24 @@ its cache holds (:func:`solver.sodm.hierarchy.plateau_p`); while the curve still
 the partitions stay as large as the cache allows. Only CV accuracies decide, so the choice
 is the same on any machine.
 
-**The least work among the equally accurate** (``select_work``, 1.0 by default): within
-one binomial standard error of the most accurate candidate on the last rung's rows the
-accuracies do not rank the candidates, while their final fits' costs differ severalfold (a
+**The least work among the equally accurate** (``select_work``, 1.5 by default): within
+one and a half binomial standard errors of the most accurate candidate on the last rung's
+rows the accuracies do not rank the candidates, while their final fits' costs differ severalfold (a
 theta band of 0.2 against 0.5 at lam 10^6 gives larger Newton faces). So the choice is the
 candidate whose CV fits did the least counted work (:attr:`_Score.work`: factored faces and
 swept kernel values, the same on any machine) among those within that error and with at
 least the most accurate's lam, where that work is at most half the most accurate's; else
 the most accurate. Only where the budget is at least twice its floor; the most accurate
 candidate passed over is recorded (``passed_over``).
+
+**Two folds for a large search** (``large_folds``, 2 by default): a kernel search whose
+budget is at least twice its floor scores every candidate by 2-fold CV instead of
+``folds`` (3). Each rung's rows are still each validated once, so a score's binomial error
+is the same, and two fits on half the rows cost about a third of three fits on two thirds;
+the budget may then buy a larger last rung (the kernel cache's cap is twice one solve's
+rows, not one and a half). Small searches (the budget at its floor) keep three folds,
+whose scores a few hundred rows decide (docs/auto-params.md, "Two folds for a large
+search").
 
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
@@ -128,7 +137,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -237,8 +246,9 @@ class SearchSettings:
     cv_float32: bool = True
     halve_pairs: bool = False
     rungs_in_cache: bool = True
-    select_work: float = 1.0
+    select_work: float = 1.5
     refine_under_floors: float | None = 2.0
+    large_folds: int | None = 2
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -425,6 +435,19 @@ def _cache_rows(s: SearchSettings, solve_rows: int | None) -> int | None:
     return max(s.min_rows, solve_rows * s.folds // (s.folds - 1))
 
 
+def _with_large_folds(s: SearchSettings, budget: float, linear: bool) -> SearchSettings:
+    """``s`` with ``large_folds`` folds for a kernel search whose budget is at least twice
+    its floor (where ``select_work`` applies and nothing refines); else ``s``. Its rungs
+    hold thousands of rows, each still validated once, and a fold fit on half the rows
+    instead of two thirds makes a candidate about a third of its CPU (docs/auto-params.md,
+    "Two folds for a large search")."""
+    k = s.large_folds
+    if (k is None or linear or k >= s.folds
+            or budget < 2.0 * s.budget_floor_seconds):
+        return s
+    return replace(s, folds=k)
+
+
 def _rung_sizes(n: int, s: SearchSettings, cache_rows: int | None = None) -> list[int]:
     """Rows per rung: n, n/eta, n/eta^2, ... down to the first size of at least ``min_rows``
     (all rows when n < eta * min_rows), smallest first; sizes over ``max_rows`` are left
@@ -482,6 +505,7 @@ class _Search:
         self.final_estimate = n / m_solve * self.fit_seconds(m_solve)
         self.budget = max(settings.budget_floor_seconds,
                           settings.budget_factor * self.final_estimate)
+        settings = self.s = _with_large_folds(settings, self.budget, linear)
         self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
         self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -966,6 +990,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
     passed_over = None if over is None else {
         **srch.values(over.point), "mean_accuracy": over.mean_accuracy, "work": over.work,
         "chosen_mean_accuracy": best.mean_accuracy, "chosen_work": best.work}
+    s = srch.s  # with the folds the search used
     return AutoResult(lam=vals["lam"], gamma=vals["gamma"], theta=vals["theta"], auto=auto,
                       gamma_scale=gamma_scale, table=table, rungs=rungs, folds=s.folds,
                       rows=best.rows, cpu_seconds=clock.seconds,

@@ -125,7 +125,7 @@ def test_lam_cost_slope_weights_large_lam_predictions():
     10^3), in between the weight is scaled by the budget's excess over the floor; below
     10^3, or with the budget at its floor, it is the rows' cost."""
     base = SearchSettings(budget_floor_seconds=0.0, budget_factor=1e6, refine_rounds=0,
-                          lam_cost_slope=0.0)
+                          lam_cost_slope=0.0, large_folds=None)
     slope = SearchSettings(**{**base.__dict__, "lam_cost_slope": 1.0})
     fixed = {"lam": 1e6, "gamma": 10.0}
     plain = run(base, auto=("theta",), fixed=fixed)
@@ -278,7 +278,7 @@ def test_select_work_takes_the_least_work_within_the_standard_error():
     def go(**kw):
         s = SearchSettings(**{"budget_floor_seconds": 0.0, "budget_factor": 1e6,
                               "refine_rounds": 1, "refine_capped": False,
-                              "refine_under_floors": None, **kw})
+                              "refine_under_floors": None, "large_folds": None, **kw})
         return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
                       linear=False, gamma_scale=1.0, fixed={},
                       auto=("lam", "gamma", "theta"), seed=0, settings=s)
@@ -287,7 +287,8 @@ def test_select_work_takes_the_least_work_within_the_standard_error():
         return (r["lam"], r["gamma"], r["theta"])
 
     plain, ruled = go(select_work=0.0), go()
-    assert ruled.settings.select_work == 1.0
+    z = ruled.settings.select_work
+    assert z == 1.5
     assert [(key(r), r["rows"], r["fold_accuracy"], r["work"]) for r in plain.table] == [
         (key(r), r["rows"], r["fold_accuracy"], r["work"]) for r in ruled.table]
     last = [r for r in ruled.table if r["rows"] == ruled.rows]
@@ -295,7 +296,7 @@ def test_select_work_takes_the_least_work_within_the_standard_error():
                                     abs(r["theta"] - 0.5)))
     assert (plain.lam, plain.gamma, plain.theta) == key(best) and plain.passed_over is None
     acc = best["mean_accuracy"]
-    floor = acc - math.sqrt(acc * (1 - acc) / ruled.rows)
+    floor = acc - z * math.sqrt(acc * (1 - acc) / ruled.rows)
     near = [r for r in last if r["mean_accuracy"] >= floor and r["lam"] >= best["lam"]]
     cheapest = min(near, key=lambda r: r["work"])
     # on this board the rule moves (this can fail): the most accurate ran into max_iter
@@ -320,7 +321,7 @@ def test_the_refinement_spends_at_most_the_budget_floor():
     without the cap, fewer refinement steps where the budget is larger; a search whose
     budget is its floor refines as before."""
     large = SearchSettings(budget_floor_seconds=0.2, budget_factor=1e6, lam_cost_slope=0.0,
-                           refine_under_floors=None)
+                           refine_under_floors=None, large_folds=None)
     capped = run(large)
     free = run(SearchSettings(**{**large.__dict__, "refine_capped": False}))
 
@@ -525,3 +526,39 @@ def test_refine_screen_scores_each_neighbour_on_the_previous_rung_first():
     assert set(refine) < set(screen)  # some neighbours stopped at their screen
     assert len(refine) < len(points(plain, "refine"))
     assert "refine screen" not in {r["stage"] for r in plain.table}
+
+
+def test_a_large_search_uses_large_folds():
+    """``large_folds`` (2 by default): a kernel search whose budget is at least twice its
+    floor scores each candidate on that many folds (each rung's rows still validated once),
+    and says so; under twice the floor, for the linear kernel, or with None, ``folds``."""
+    X, y = checkerboard(900, 3)
+
+    def go(linear: bool = False, **kw):
+        s = SearchSettings(**{"refine_rounds": 0, "log_lam": (1.0, 3.0),
+                              "log_gamma_mult": (0.0, 1.0), **kw})
+
+        def make(v):
+            return ODMClassifier(kernel="linear" if linear else "rbf", scale=False,
+                                 random_state=0, **v)
+
+        return search(make, X, y, linear=linear, gamma_scale=1.0,
+                      fixed={"theta": 0.2} if not linear else {"theta": 0.2, "gamma": 1.0},
+                      auto=("lam",) if linear else ("lam", "gamma"), seed=0, settings=s)
+
+    def folds_used(res) -> set[int]:
+        return {len(r["fold_accuracy"]) for r in res.table}
+
+    large = go(budget_floor_seconds=0.5, budget_factor=1e6)
+    assert large.budget_cpu_seconds >= 2 * 0.5
+    assert large.folds == 2 and large.settings.folds == 2 and folds_used(large) == {2}
+    assert large.info()["folds"] == 2
+    small = go(budget_floor_seconds=1e6)
+    assert small.budget_cpu_seconds < 2 * 1e6 and small.folds == 3 and folds_used(small) == {3}
+    off = go(budget_floor_seconds=0.5, budget_factor=1e6, large_folds=None)
+    assert off.folds == 3 and folds_used(off) == {3}
+    linear = go(linear=True, budget_floor_seconds=0.5, budget_factor=1e6)
+    assert linear.folds == 3 and folds_used(linear) == {3}
+    # the same large search twice: the same folds, scores and choice
+    again = go(budget_floor_seconds=0.5, budget_factor=1e6)
+    assert cv_table(again) == cv_table(large) and again.lam == large.lam
