@@ -16,8 +16,8 @@ with seed 0; features min-max scaled on the training split):
   same successive-halving schedule (factor 3, first rung 500 rows, 3-fold stratified CV;
   ``--svc-folds`` sets another count) up to the same largest rung (the rows of auto-ODM's
   last rung, a stratified subsample of the training split), then refitted on the whole
-  training split. Auto-ODM's own search uses 2 folds where its budget is at least twice
-  its floor (``large_folds``); the counted work's line says each side's folds.
+  training split. The counted work's line says each side's folds (auto-ODM's 3, or 2 in a
+  large search with ``--settings large_folds=2``).
 
 Both run in this process one after the other, so the CPU ratios compare like with like.
 Every compiled loop is loaded before anything is timed (``solver.kernel_sums.compile_loops``,

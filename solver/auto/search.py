@@ -86,9 +86,9 @@ its cache holds (:func:`solver.sodm.hierarchy.plateau_p`); while the curve still
 the partitions stay as large as the cache allows. Only CV accuracies decide, so the choice
 is the same on any machine.
 
-**The least work among the equally accurate** (``select_work``, 1.5 by default): within
-one and a half binomial standard errors of the most accurate candidate on the last rung's
-rows the accuracies do not rank the candidates, while their final fits' costs differ severalfold (a
+**The least work among the equally accurate** (``select_work``, 1.0 by default): within
+one binomial standard error of the most accurate candidate on the last rung's rows the
+accuracies do not rank the candidates, while their final fits' costs differ severalfold (a
 theta band of 0.2 against 0.5 at lam 10^6 gives larger Newton faces). So the choice is the
 candidate whose CV fits did the least counted work (:attr:`_Score.work`: factored faces and
 swept kernel values, the same on any machine) among those within that error and with at
@@ -96,14 +96,11 @@ least the most accurate's lam, where that work is at most half the most accurate
 the most accurate. Only where the budget is at least twice its floor; the most accurate
 candidate passed over is recorded (``passed_over``).
 
-**Two folds for a large search** (``large_folds``, 2 by default): a kernel search whose
-budget is at least twice its floor scores every candidate by 2-fold CV instead of
-``folds`` (3). Each rung's rows are still each validated once, so a score's binomial error
-is the same, and two fits on half the rows cost about a third of three fits on two thirds;
-the budget may then buy a larger last rung (the kernel cache's cap is twice one solve's
-rows, not one and a half). Small searches (the budget at its floor) keep three folds,
-whose scores a few hundred rows decide (docs/auto-params.md, "Two folds for a large
-search").
+**Two folds for a large search** (``large_folds``, off by default; a lever measured and
+not adopted): with 2, a kernel search whose budget is at least twice its floor scores every
+candidate by 2-fold CV instead of ``folds``. Two fits on half the rows cost about a third
+of three on two thirds, but the choices were less accurate on ijcnn1's validation draws and
+test split (docs/auto-params.md, "Tried and not adopted: two folds for a large search").
 
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
@@ -246,9 +243,9 @@ class SearchSettings:
     cv_float32: bool = True
     halve_pairs: bool = False
     rungs_in_cache: bool = True
-    select_work: float = 1.5
+    select_work: float = 1.0
     refine_under_floors: float | None = 2.0
-    large_folds: int | None = 2
+    large_folds: int | None = None
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -437,10 +434,8 @@ def _cache_rows(s: SearchSettings, solve_rows: int | None) -> int | None:
 
 def _with_large_folds(s: SearchSettings, budget: float, linear: bool) -> SearchSettings:
     """``s`` with ``large_folds`` folds for a kernel search whose budget is at least twice
-    its floor (where ``select_work`` applies and nothing refines); else ``s``. Its rungs
-    hold thousands of rows, each still validated once, and a fold fit on half the rows
-    instead of two thirds makes a candidate about a third of its CPU (docs/auto-params.md,
-    "Two folds for a large search")."""
+    its floor (where ``select_work`` applies and nothing refines); else ``s`` (also with
+    ``large_folds`` None, the default)."""
     k = s.large_folds
     if (k is None or linear or k >= s.folds
             or budget < 2.0 * s.budget_floor_seconds):
