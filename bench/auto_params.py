@@ -49,6 +49,7 @@ from bench.data import DATASETS, load_split
 
 SVC_LOG_C = (-2, -1, 0, 1, 2, 3, 4, 5)
 SVC_LOG_GAMMA_MULT = (-1, 0, 1, 2, 3)
+SVC_FOLDS = 3  # the SVC search's stratified folds, issue 34's peer (``--svc-folds``)
 TARGET_POINTS = 0.3
 
 
@@ -129,7 +130,7 @@ def _search_work(info: dict[str, Any]) -> dict[str, Any]:
                            for r in info["cv_table"]]}
 
 
-def _svc(X, y, Xt, yt, seed: int, max_rows: int, folds: int = 3) -> dict[str, Any]:
+def _svc(X, y, Xt, yt, seed: int, max_rows: int, folds: int = SVC_FOLDS) -> dict[str, Any]:
     from sklearn.experimental import enable_halving_search_cv  # noqa: F401
     from sklearn.model_selection import HalvingGridSearchCV, StratifiedKFold, train_test_split
     from sklearn.svm import SVC
@@ -170,7 +171,7 @@ def design_split(X, y) -> tuple[Any, Any, np.ndarray, np.ndarray]:
     return train_test_split(X, y, test_size=0.2, stratify=y, random_state=1)
 
 
-def run_dataset(name: str, design: bool, seed: int, svc_folds: int = 3) -> dict[str, Any]:
+def run_dataset(name: str, design: bool, seed: int, svc_folds: int = SVC_FOLDS) -> dict[str, Any]:
     sp = load_split(name, seed=seed)
     X, y = sp.X_train, sp.y_train
     if design:
@@ -247,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="seeds to repeat every dataset with (splits, CV subsamples)")
     ap.add_argument("--out", help="write the JSON record here")
-    ap.add_argument("--svc-folds", type=int, default=3,
-                    help="the SVC search's stratified folds (default 3, issue 34's peer)")
+    ap.add_argument("--svc-folds", type=int, default=SVC_FOLDS,
+                    help=f"the SVC search's stratified folds (default {SVC_FOLDS}, issue 34's "
+                         "peer)")
     ap.add_argument("--settings", nargs="+", default=[], metavar="KEY=VALUE",
                     help="A/B runs: replace these fields of the search's default "
                          "SearchSettings in this process (e.g. cv_tol=0.01)")

@@ -134,7 +134,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -958,7 +958,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                               stop_reason="too few rows per class to cross-validate; "
                                           "defaults used", settings=s)
         if folds != s.folds:
-            s = SearchSettings(**{**asdict(s), "folds": folds})
+            s = replace(s, folds=folds)
         srch = _Search(make, linear, Xs, y, gamma_scale=gamma_scale, fixed=fixed, auto=auto,
                        seed=seed,
                        settings=s, should_stop=should_stop, progress=progress,
