@@ -110,14 +110,19 @@ def _passed_over(over: dict[str, Any] | None, gamma_scale: float) -> str:
 
 
 def _search_work(info: dict[str, Any]) -> dict[str, Any]:
-    """The search's counted work (the same on any machine): CV evaluations per stage, the
-    faces its Newton steps factored and their Cholesky work ``sum(s^3) / 3``, the kernel
-    matrices computed and shared (``share_kernels``)."""
+    """The search's counted work (the same on any machine): CV evaluations per stage (and
+    those stopped before their last fold, ``race_se``), the faces its Newton steps factored
+    and their Cholesky work ``sum(s^3) / 3``, the kernel matrices computed and shared
+    (``share_kernels``)."""
     faces = [s for row in info["cv_table"] for fold in row["faces"] for s in fold]
     stages: dict[str, int] = {}
     for row in info["cv_table"]:
         stages[row["stage"]] = stages.get(row["stage"], 0) + 1
-    return {"evaluations": stages, "faces": len(faces),
+    raced: dict[str, int] = {}
+    for row in info["cv_table"]:
+        if row.get("raced"):
+            raced[row["stage"]] = raced.get(row["stage"], 0) + 1
+    return {"evaluations": stages, "raced_out": raced, "faces": len(faces),
             "kernel_matrices": info.get("kernel_matrices") or {},
             "factor_work": float(sum(float(s) ** 3 for s in faces) / 3.0),
             "refine_cpu_s": float(sum(r["cpu_seconds"] for r in info["cv_table"]
@@ -278,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_fmt(r), flush=True)
             w = r["auto_odm"]["search_work"]
             work.append(f"- {r['dataset']}: {r['auto_odm']['folds']} folds (the SVC "
-                        f"{r['svc']['folds']}), evaluations {w['evaluations']}, refinement "
+                        f"{r['svc']['folds']}), evaluations {w['evaluations']} (raced out "
+                        f"{w.get('raced_out') or 'none'}), refinement "
                         f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "
                         f"(work {w['factor_work']:.3g}); kernel matrices "
                         f"{w.get('kernel_matrices') or 'one per fit'}; final fit " + "; ".join(

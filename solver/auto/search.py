@@ -246,6 +246,7 @@ class SearchSettings:
     select_work: float = 1.0
     refine_under_floors: float | None = 2.0
     large_folds: int | None = None
+    race_se: float | None = 2.0
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -274,6 +275,7 @@ class _Score:
     faces: list[list[int]]  # per fold: the faces its Newton steps factored (NewtonWork)
     epochs: list[int] = field(default_factory=list)  # per fold: coordinate-descent epochs
     fit_rows: list[int] = field(default_factory=list)  # per fold: the rows it was fitted on
+    raced: bool = False  # stopped before its last fold (``race_se``): ranked after the rest
 
     @property
     def work(self) -> float:
@@ -412,7 +414,7 @@ def plateau_rows(rungs: list[dict[str, Any]], table: list[_Score], folds: int,
 
     def best(rung: dict[str, Any]) -> float:
         return max(sc.mean_accuracy for sc in table
-                   if sc.stage == rung["stage"] and sc.rows == rung["rows"])
+                   if sc.stage == rung["stage"] and sc.rows == rung["rows"] and not sc.raced)
 
     if best(last) - best(prev) >= points / 100.0:
         return None
@@ -571,15 +573,16 @@ class _Search:
             return best
         acc = best.mean_accuracy
         floor = acc - self.s.select_se * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
-        return min((sc for sc in scored if sc.mean_accuracy >= floor),
+        return min((sc for sc in scored if sc.mean_accuracy >= floor and not sc.raced),
                    key=lambda sc: (self.candidate_seconds(sc.point, rows),
                                    self.preference(sc)))
 
     @staticmethod
     def preference(sc: _Score) -> tuple:
-        """Sort key: best accuracy, then smaller lam, smaller gamma, theta nearer 0.5."""
+        """Sort key: scored on every fold, best accuracy, then smaller lam, smaller gamma,
+        theta nearer 0.5."""
         p = sc.point
-        return (-sc.mean_accuracy, p.log_lam, p.log_gamma_mult, abs(p.theta - 0.5))
+        return (sc.raced, -sc.mean_accuracy, p.log_lam, p.log_gamma_mult, abs(p.theta - 0.5))
 
     # ------------------------------------------------------------------------ scoring
     def splits(self, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -598,55 +601,90 @@ class _Search:
         return self.score_all([p], rows, stage)[0]
 
     def score_all(self, cands: list[_Point], rows: int, stage: str,
-                  done: Callable[[int], None] | None = None) -> list[_Score]:
+                  done: Callable[[int], None] | None = None,
+                  race: int | None = None) -> list[_Score]:
         """The CV scores of ``cands`` on ``rows`` rows, in their order (each computed once).
 
-        The fits run grouped by gamma, then fold, then in ``cands``' order, so the search's
-        kept kernel matrix of each (rows, fold, gamma) is computed once for the group, not
-        once per candidate when fewer than the folds' matrices fit the memo, and each group
-        runs its folds in the other direction from the one before. The scores are those of
-        scoring the candidates one after another, folds first to last: a fit's warm start
-        comes from a candidate with the same gamma that runs before it either way, the folds'
-        fits are independent, and the kernel values are the same array. ``done(i)`` is
-        called as the ``i``-th candidate of ``cands`` finishes."""
+        The fits run fold by fold, each fold grouped by gamma and then in ``cands``' order,
+        so the search's kept kernel matrix of each (rows, fold, gamma) is computed once, and
+        each call runs its folds in the other direction from the one before (a single
+        candidate starts on the fold whose matrix the last call left in the memo). A fit's
+        warm start is the nearest lam of its gamma and theta fitted on the same fold before
+        it, as when the candidates are scored one after another. With ``race`` (the rung's
+        promotions, 1 where only its best matters; ``race_se``) a candidate stops after a
+        fold where it is clearly behind (:meth:`_raced_out`). ``done(i)`` is called as the
+        ``i``-th candidate of ``cands`` finishes."""
         todo = [q for q in dict.fromkeys(cands) if (q, rows) not in self.scores]
         groups: dict[float, list[_Point]] = {}
         for q in todo:
             groups.setdefault(q.log_gamma_mult, []).append(q)
         splits = self.splits(rows)
         k = len(splits)
-        accs: dict[_Point, list[float]] = {q: [0.0] * k for q in todo}
-        faces: dict[_Point, list[list[int]]] = {q: [[] for _ in range(k)] for q in todo}
-        epochs: dict[_Point, list[int]] = {q: [0] * k for q in todo}
+        folds = list(range(k))[::-1] if self.folds_reversed else list(range(k))
+        self.folds_reversed = not self.folds_reversed
+        accs: dict[_Point, list[float]] = {q: [] for q in todo}
+        faces: dict[_Point, list[list[int]]] = {q: [] for q in todo}
+        epochs: dict[_Point, list[int]] = {q: [] for q in todo}
         cpu: dict[_Point, float] = dict.fromkeys(todo, 0.0)
-        start: dict[_Point, _Point | None] = {}
         finished: dict[_Point, _Score] = {}
-        for group in groups.values():
-            # the folds' order turns each time, so a group starts on the fold whose matrix
-            # the last one left in the memo
-            folds = list(range(k))[::-1] if self.folds_reversed else list(range(k))
-            self.folds_reversed = not self.folds_reversed
-            for f in folds:
-                tr, va = splits[f]
+
+        def finish(q: _Point, raced: bool) -> None:
+            ran = folds[:len(accs[q])]
+            finished[q] = _Score(q, rows, stage, float(np.mean(accs[q])), float(np.std(accs[q])),
+                                 accs[q], cpu[q], faces[q], epochs[q],
+                                 [len(splits[f][0]) for f in ran], raced=raced)
+            if done is not None:
+                done(len(cands) - len(todo) + len(finished))
+
+        for j, f in enumerate(folds):
+            tr, va = splits[f]
+            for group in groups.values():
                 for q in group:
-                    if f == folds[0]:
+                    if q in finished:
+                        continue
+                    if j == 0:
                         self.predicted += self.candidate_seconds(q, rows)
-                        start[q] = self.warm_source(q, rows, f)
                     t0 = time.process_time()
-                    accs[q][f], faces[q][f], epochs[q][f] = self._fold_fit(q, rows, f, tr, va,
-                                                                           start[q])
+                    acc, fq, eq = self._fold_fit(q, rows, f, tr, va,
+                                                 self.warm_source(q, rows, f))
                     cpu[q] += time.process_time() - t0
-                    if f == folds[-1]:
-                        finished[q] = _Score(q, rows, stage, float(np.mean(accs[q])),
-                                             float(np.std(accs[q])), accs[q], cpu[q],
-                                             faces[q], epochs[q],
-                                             [len(tr_) for tr_, _ in splits])
-                        if done is not None:
-                            done(len(cands) - len(todo) + len(finished))
-        for q in todo:  # recorded in the candidates' order, as if scored one by one
+                    accs[q].append(acc)
+                    faces[q].append(fq)
+                    epochs[q].append(eq)
+                    if j == k - 1:
+                        finish(q, raced=False)
+            if race is not None and j < k - 1:
+                validated = sum(len(splits[g][1]) for g in folds[:j + 1])
+                for q in self._raced_out([q for q in todo if q not in finished], accs, race,
+                                         validated):
+                    finish(q, raced=True)
+        for q in todo:  # recorded in the candidates' order
             self.scores[(q, rows)] = finished[q]
             self.table.append(finished[q])
         return [self.scores[(q, rows)] for q in cands]
+
+    def _raced_out(self, alive: list[_Point], accs: dict[_Point, list[float]], keep: int,
+                   validated: int) -> list[_Point]:
+        """``race_se``: the candidates of ``alive`` whose accuracy on the ``validated`` rows
+        of their folds so far is more than ``race_se`` standard errors of the difference
+        below the ``keep``-th best's (binomial errors of both on those rows). Such a
+        candidate would not be promoted or chosen on the rung's folds unless its last folds
+        moved it that far (Maron & Moore's Hoeffding races, NIPS 1993, with a normal bound);
+        the rest go on to the next fold."""
+        z = self.s.race_se
+        if z is None or len(alive) <= keep:
+            return []
+        mean = {q: float(np.mean(accs[q])) for q in alive}
+        ranked = sorted(alive, key=lambda q: (-mean[q], q.log_lam, q.log_gamma_mult,
+                                              abs(q.theta - 0.5)))
+        ref = mean[ranked[keep - 1]]
+        out = []
+        for q in ranked[keep:]:
+            a = mean[q]
+            se = math.sqrt((ref * (1.0 - ref) + a * (1.0 - a)) / validated)
+            if a + z * se < ref:
+                out.append(q)
+        return out
 
     def _fold_fit(self, p: _Point, rows: int, f: int, tr: np.ndarray, va: np.ndarray,
                   start: _Point | None) -> tuple[float, list[int], int]:
@@ -752,8 +790,9 @@ class _Search:
                     break
                 cands = cands[:fits]
                 halved = min(halved, len(cands))
-            ranked = self.rung(rungs, f"halving {r}", rows, cands)
             keep = max(s.keep_min, math.ceil(halved / s.eta))
+            ranked = self.rung(rungs, f"halving {r}", rows, cands,
+                               race=self.race_keep(r, rows, cands, keep, staged))
             cands = [sc.point for sc in ranked[:keep]]
             halved = len(cands)
             if staged and r == s.theta_rung:
@@ -796,7 +835,7 @@ class _Search:
             return best
         acc = best.mean_accuracy
         floor = acc - z * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
-        near = [sc for (_, m), sc in self.scores.items() if m == rows
+        near = [sc for (_, m), sc in self.scores.items() if m == rows and not sc.raced
                 and sc.mean_accuracy >= floor and sc.point.log_lam >= best.point.log_lam]
         cheapest = min(near, key=lambda sc: (sc.work, self.preference(sc)))  # best is near
         if cheapest is not best and cheapest.work <= WORK_SHARE * best.work:
@@ -814,23 +853,42 @@ class _Search:
         return (k is None or self.cost is LINEAR_COST
                 or self.budget < k * self.s.budget_floor_seconds)
 
-    def fits(self, rows: int) -> int:
-        """How many candidates on ``rows`` rows fit what is left of the budget, keeping one
-        refinement round (two neighbours per axis) in reserve."""
+    def fits(self, rows: int, spent: float = 0.0) -> int:
+        """How many candidates on ``rows`` rows fit what is left of the budget (less
+        ``spent`` predicted seconds more), keeping one refinement round (two neighbours per
+        axis) in reserve."""
         each = self.cv_seconds(rows)
-        return int((self.left() - 2 * max(1, len(self.auto)) * each) // each)
+        return int((self.left() - spent - 2 * max(1, len(self.auto)) * each) // each)
+
+    def race_keep(self, r: int, rows: int, cands: list[_Point], keep: int,
+                  staged: bool) -> int | None:
+        """What halving rung ``r`` races for (``race_se``): its ``keep`` promotions, or 1
+        (its best) where no later rung can follow (the budget's prediction after scoring
+        ``cands`` is known before it) and no theta stage takes its promotions; None
+        without ``race_se`` or where a fold's score is weighted (its binomial error is
+        not the score's)."""
+        if self.s.race_se is None or self.weights.score is not None or self.weights.balanced:
+            return None
+        if staged and r == self.s.theta_rung:
+            return keep
+        spent = sum(self.candidate_seconds(q, rows) for q in dict.fromkeys(cands)
+                    if (q, rows) not in self.scores)
+        last = r + 1 >= len(self.sizes) or self.fits(self.sizes[r + 1], spent) < self.s.keep_min
+        return 1 if last else keep
 
     def rung(self, rungs: list[dict[str, Any]], stage: str, rows: int,
-             cands: list[_Point]) -> list[_Score]:
-        """Score ``cands`` on ``rows`` rows, record the rung, return the scores ranked."""
+             cands: list[_Point], race: int | None = None) -> list[_Score]:
+        """Score ``cands`` on ``rows`` rows (racing for ``race`` of them), record the rung,
+        return the scores ranked."""
         t_rung = time.process_time()
 
         def done(i: int) -> None:
             self._report(f"auto search: {stage} ({rows} rows), {i}/{len(cands)}")
 
-        scored = self.score_all(cands, rows, stage, done)
+        scored = self.score_all(cands, rows, stage, done, race)
         rungs.append({"rung": len(rungs), "stage": stage, "rows": rows,
-                      "candidates": len(cands),
+                      "candidates": len(cands), "raced_for": race,
+                      "raced_out": sum(sc.raced for sc in scored),
                       "predicted_cpu_seconds": len(cands) * self.cv_seconds(rows),
                       "cpu_seconds": time.process_time() - t_rung})
         return sorted(scored, key=self.preference)
@@ -980,7 +1038,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
               "rows": sc.rows, "stage": sc.stage, "mean_accuracy": sc.mean_accuracy,
               "std_accuracy": sc.std_accuracy, "fold_accuracy": sc.fold_accuracy,
               "cpu_seconds": sc.cpu_seconds, "faces": sc.faces, "epochs": sc.epochs,
-              "work": sc.work} for sc in srch.table]
+              "work": sc.work, "raced": sc.raced} for sc in srch.table]
     over = srch.passed_over
     passed_over = None if over is None else {
         **srch.values(over.point), "mean_accuracy": over.mean_accuracy, "work": over.work,

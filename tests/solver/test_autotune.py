@@ -67,7 +67,10 @@ def test_fit_info_records_the_search(fitted):
     pick = [r for r in last if (r["lam"], r["gamma"], r["theta"])
             == (chosen["lam"], chosen["gamma"], chosen["theta"])]
     assert len(pick) == 1 and pick[0]["mean_accuracy"] == best
-    assert all(len(r["fold_accuracy"]) == a["folds"] == 3 for r in table)
+    # every candidate on all 3 folds, but those raced out of a halving rung (race_se)
+    assert all(len(r["fold_accuracy"]) == a["folds"] == 3 for r in table if not r["raced"])
+    assert all(len(r["fold_accuracy"]) < 3 and r["stage"].startswith("halving")
+               for r in table if r["raced"])
     # the fitted model uses the chosen values; the parameters stay "auto" (sklearn rule)
     assert fitted.get_params()["lam"] == "auto"
     assert (fitted.lam_, fitted.gamma_, fitted.theta_) == (chosen["lam"], chosen["gamma"],
@@ -220,7 +223,7 @@ def test_cv_table_records_each_folds_faces():
     X = (X - X.min(0)) / (X.max(0) - X.min(0))
     res = search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
                  linear=False, gamma_scale=1.0, fixed={"gamma": 30.0, "theta": 0.2},
-                 auto=("lam",), seed=0, settings=SearchSettings(refine_rounds=0))
+                 auto=("lam",), seed=0, settings=SearchSettings(refine_rounds=0, race_se=None))
     assert all(len(r["faces"]) == res.folds for r in res.table)
     assert all(0 < s <= r["rows"] for r in res.table for f in r["faces"] for s in f)
 

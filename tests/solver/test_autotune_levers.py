@@ -77,7 +77,8 @@ def test_warm_lam_starts_from_the_nearest_lam_and_is_repeatable():
             return est
         return make
 
-    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, warm_lam=False)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, warm_lam=False,
+                       race_se=None)  # every candidate on every fold
     cold = run(s, maker(False))
     warm = run(SearchSettings(**{**s.__dict__, "warm_lam": True}), maker(True))
     again = run(SearchSettings(**{**s.__dict__, "warm_lam": True}))
@@ -156,7 +157,8 @@ def test_share_kernels_gives_the_same_table_from_fewer_matrices():
     too small for any matrix computes every one (and keeps none)."""
     from solver.exact.kernel_memo import KernelMemo
 
-    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=1, share_kernels=False)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=1, share_kernels=False,
+                       race_se=None)
     alone = run(s)
     shared = run(SearchSettings(**{**s.__dict__, "share_kernels": True}))
 
@@ -186,7 +188,8 @@ def test_a_rung_computes_each_kept_matrix_once_when_one_fits_the_memo():
     def make(v):
         return ODMClassifier(scale=False, random_state=0, cache_size=3.0, **v)
 
-    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, cv_float32=False)
+    s = SearchSettings(budget_floor_seconds=1e6, refine_rounds=0, cv_float32=False,
+                       race_se=None)
     alone = run(SearchSettings(**{**s.__dict__, "share_kernels": False}), make=make)
     shared = run(s, make=make)
 
@@ -278,7 +281,7 @@ def test_select_work_takes_the_least_work_within_the_standard_error():
     def go(**kw):
         s = SearchSettings(**{"budget_floor_seconds": 0.0, "budget_factor": 1e6,
                               "refine_rounds": 1, "refine_capped": False,
-                              "refine_under_floors": None, **kw})
+                              "refine_under_floors": None, "race_se": None, **kw})
         return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
                       linear=False, gamma_scale=1.0, fixed={},
                       auto=("lam", "gamma", "theta"), seed=0, settings=s)
@@ -489,7 +492,8 @@ def test_halve_pairs_takes_the_third_of_the_pairs_after_the_theta_rung():
         return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
                       linear=False, gamma_scale=1.0, fixed={}, auto=("lam", "gamma", "theta"),
                       seed=0, settings=SearchSettings(budget_floor_seconds=1e6, min_rows=150,
-                                                      refine_rounds=0, halve_pairs=halve))
+                                                      refine_rounds=0, halve_pairs=halve,
+                                                      race_se=None))
 
     pairs, plain = searched(True), searched(False)
     stages = [r["stage"] for r in plain.rungs]
@@ -537,7 +541,8 @@ def test_a_large_search_uses_large_folds():
 
     def go(linear: bool = False, **kw):
         s = SearchSettings(**{"refine_rounds": 0, "log_lam": (1.0, 3.0),
-                              "log_gamma_mult": (0.0, 1.0), "large_folds": 2, **kw})
+                              "log_gamma_mult": (0.0, 1.0), "large_folds": 2,
+                              "race_se": None, **kw})
 
         def make(v):
             return ODMClassifier(kernel="linear" if linear else "rbf", scale=False,
@@ -563,3 +568,65 @@ def test_a_large_search_uses_large_folds():
     # the same large search twice: the same folds, scores and choice
     again = go(budget_floor_seconds=0.5, budget_factor=1e6)
     assert cv_table(again) == cv_table(large) and again.lam == large.lam
+
+
+def test_race_se_stops_the_clearly_behind_after_a_fold():
+    """``race_se`` (2 by default): after each fold but the last, a halving rung's candidate
+    whose accuracy on the rows validated so far is more than 2 standard errors of the
+    difference below the rung's ``keep``-th best (its best where no later rung or theta
+    stage follows) stops there, ranked after the candidates scored on every fold. The
+    promotions and the choice are those of scoring every fold, from fewer fits; the same
+    search twice gives the same table; a weighted score races nothing."""
+    from solver.auto.search import CVWeights
+
+    X, y = checkerboard(1800, 4)
+
+    def go(weights=None, **kw):
+        s = SearchSettings(**{"budget_floor_seconds": 1e6, "min_rows": 150,
+                              "refine_rounds": 0, **kw})
+        return search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                      linear=False, gamma_scale=1.0, fixed={},
+                      auto=("lam", "gamma", "theta"), seed=0, settings=s, weights=weights)
+
+    def key(r):
+        return (r["lam"], r["gamma"], r["theta"])
+
+    raced, full = go(), go(race_se=None)
+    assert SearchSettings().race_se == 2.0
+    assert [r["rows"] for r in raced.rungs] == [r["rows"] for r in full.rungs]
+    assert len(raced.rungs) >= 3 and all(r["raced_for"] is None for r in full.rungs)
+    # the theta rung races for its promotions, the last halving rung for its best
+    promoted = [sum(1 for r in raced.table if r["stage"] == g["stage"])
+                for g in raced.rungs[1:]]
+    assert raced.rungs[0]["raced_for"] == math.ceil(raced.rungs[0]["candidates"] / 3)
+    assert raced.rungs[-1]["raced_for"] == 1
+    assert sum(g["raced_out"] for g in raced.rungs) > 0  # on this board some stop (can fail)
+    out = [r for r in raced.table if r["raced"]]
+    assert out and all(len(r["fold_accuracy"]) < 3 and r["stage"].startswith("halving")
+                       for r in out)
+    assert sum(len(r["fold_accuracy"]) for r in raced.table) < \
+        sum(len(r["fold_accuracy"]) for r in full.table)
+    # each stopped candidate was that far behind the rung's keep-th best on its folds
+    for r in out:
+        j, rows = len(r["fold_accuracy"]), r["rows"]
+        rung = next(g for g in raced.rungs if g["stage"] == r["stage"])
+        a = float(np.mean(r["fold_accuracy"]))
+        ahead = 0
+        for o in raced.table:
+            if o["stage"] != r["stage"] or len(o["fold_accuracy"]) <= j - 1 or o is r:
+                continue
+            b = float(np.mean(o["fold_accuracy"][:j]))
+            if a + 2.0 * math.sqrt((a * (1 - a) + b * (1 - b)) / (rows * j / 3)) < b:
+                ahead += 1
+        assert ahead >= rung["raced_for"], r
+    # the same promotions (each later rung's candidates) and choice as scoring every fold
+    assert promoted == [sum(1 for r in full.table if r["stage"] == g["stage"])
+                        for g in full.rungs[1:]]
+    for g in raced.rungs[1:]:
+        assert {key(r) for r in raced.table if r["stage"] == g["stage"]} == \
+            {key(r) for r in full.table if r["stage"] == g["stage"]}
+    assert (raced.lam, raced.gamma, raced.theta) == (full.lam, full.gamma, full.theta)
+    assert cv_table(go()) == cv_table(raced)
+    weighted = go(weights=CVWeights(balanced=True))
+    assert all(r["raced_for"] is None for r in weighted.rungs)
+    assert not any(r["raced"] for r in weighted.table)
