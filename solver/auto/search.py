@@ -96,6 +96,19 @@ least the most accurate's lam, where that work is at most half the most accurate
 the most accurate. Only where the budget is at least twice its floor; the most accurate
 candidate passed over is recorded (``passed_over``).
 
+**Racing the folds** (``race_se``, 2 by default): a halving rung scores its candidates fold
+by fold, and after each fold but the last a candidate whose accuracy on the rows validated
+so far is more than ``race_se`` standard errors of the difference (binomial, both
+candidates') below the rung's ``keep``-th best stops there (Maron & Moore's Hoeffding races,
+NIPS 1993, with a normal bound). ``keep`` is the rung's promotions, or 1 (its best) where
+the predicted budget says no later rung follows and no theta stage takes its promotions.
+A stopped candidate keeps the folds it ran and ranks after every candidate scored on all
+of them, so it is never promoted, chosen, nor counted by ``select_work`` or the plateau.
+Only decisions on CV accuracies, so the same request races the same candidates on any
+machine; the budget still charges each candidate its whole prediction, so the rungs are
+those of scoring every fold. A weighted or balanced score races nothing (its error is not
+binomial).
+
 **Two folds for a large search** (``large_folds``, off by default; a lever measured and
 not adopted): with 2, a kernel search whose budget is at least twice its floor scores every
 candidate by 2-fold CV instead of ``folds``. Two fits on half the rows cost about a third
