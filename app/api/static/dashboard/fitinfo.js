@@ -14,7 +14,7 @@ export function autoSearch(fitInfo) {
   const chosen = a.chosen;
   const autos = new Set(a.auto || []);
   const rows = [...(a.cv_table || [])];
-  const best = rows.reduce((b, r) => (r.rows === a.rows && (!b || r.mean_accuracy > b.mean_accuracy) ? r : b), null);
+  const best = rows.reduce((b, r) => (r.rows === a.rows && !r.raced && (!b || r.mean_accuracy > b.mean_accuracy) ? r : b), null);
   const isChosen = (r) => r.rows === a.rows && r.lam === chosen.lam && r.gamma === chosen.gamma && r.theta === chosen.theta;
   rows.sort((x, y) => (y.rows - x.rows) || (y.mean_accuracy - x.mean_accuracy) || (STAGE_ORDER(x.stage) - STAGE_ORDER(y.stage)));
   const value = (k, v) => h(autos.has(k) ? "strong" : "span", {}, fmtNum(v, 4), autos.has(k) ? " (auto)" : "");
@@ -25,7 +25,9 @@ export function autoSearch(fitInfo) {
     { label: "lam", className: "num", cell: (r) => fmtNum(r.lam, 3) },
     { label: "gamma", className: "num", cell: (r) => fmtNum(r.gamma, 3) },
     { label: "theta", className: "num", cell: (r) => fmtNum(r.theta, 3) },
-    { label: "CV accuracy", className: "num", cell: (r) => `${fmtNum(r.mean_accuracy, 4)} ± ${fmtNum(r.std_accuracy, 2)}` },
+    // a candidate raced out of its rung (``raced``) was scored on its first folds only
+    { label: "CV accuracy", className: "num", cell: (r) => `${fmtNum(r.mean_accuracy, 4)} ± ${fmtNum(r.std_accuracy, 2)}`
+      + (r.raced ? ` (stopped after ${(r.fold_accuracy || []).length} of ${a.folds} folds)` : "") },
     { label: "CPU s", className: "num", cell: (r) => fmtNum(r.cpu_seconds, 3) },
   ];
   const shown = rows.slice(0, 12);
