@@ -517,6 +517,7 @@ class _Search:
                           settings.budget_factor * self.final_estimate)
         settings = self.s = _with_large_folds(settings, self.budget, linear)
         self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
+        self.reported = 0.0  # the share of those of the folds fitted so far (progress)
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
         self._splits: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         cache_rows = _cache_rows(settings, None if linear else solve_rows)
@@ -614,7 +615,7 @@ class _Search:
         return self.score_all([p], rows, stage)[0]
 
     def score_all(self, cands: list[_Point], rows: int, stage: str,
-                  done: Callable[[int], None] | None = None,
+                  done: Callable[[int, int], None] | None = None,
                   race: int | None = None) -> list[_Score]:
         """The CV scores of ``cands`` on ``rows`` rows, in their order (each computed once).
 
@@ -625,8 +626,9 @@ class _Search:
         warm start is the nearest lam of its gamma and theta fitted on the same fold before
         it, as when the candidates are scored one after another. With ``race`` (the rung's
         promotions, 1 where only its best matters; ``race_se``) a candidate stops after a
-        fold where it is clearly behind (:meth:`_raced_out`). ``done(i)`` is called as the
-        ``i``-th candidate of ``cands`` finishes."""
+        fold where it is clearly behind (:meth:`_raced_out`). ``done(i, f)`` is called
+        after each fold fit, ``i`` the candidates of ``cands`` finished and ``f`` the folds
+        begun (the search's progress moves fold by fold)."""
         todo = [q for q in dict.fromkeys(cands) if (q, rows) not in self.scores]
         groups: dict[float, list[_Point]] = {}
         for q in todo:
@@ -641,13 +643,17 @@ class _Search:
         cpu: dict[_Point, float] = dict.fromkeys(todo, 0.0)
         finished: dict[_Point, _Score] = {}
 
+        def fitted(q: _Point, folds: int, fold: int) -> None:
+            # progress moves by ``folds`` of ``q``'s k: one per fit, a stopped one's unrun
+            self.reported += self.candidate_seconds(q, rows) * folds / k
+            if done is not None:
+                done(len(cands) - len(todo) + len(finished), fold)
+
         def finish(q: _Point, raced: bool) -> None:
             ran = folds[:len(accs[q])]
             finished[q] = _Score(q, rows, stage, float(np.mean(accs[q])), float(np.std(accs[q])),
                                  accs[q], cpu[q], faces[q], epochs[q],
                                  [len(splits[f][0]) for f in ran], raced=raced)
-            if done is not None:
-                done(len(cands) - len(todo) + len(finished))
 
         for j, f in enumerate(folds):
             tr, va = splits[f]
@@ -666,11 +672,13 @@ class _Search:
                     epochs[q].append(eq)
                     if j == k - 1:
                         finish(q, raced=False)
+                    fitted(q, 1, j + 1)
             if race is not None and j < k - 1:
                 validated = sum(len(splits[g][1]) for g in folds[:j + 1])
                 for q in self._raced_out([q for q in todo if q not in finished], accs, race,
                                          validated):
                     finish(q, raced=True)
+                    fitted(q, k - j - 1, j + 1)
         for q in todo:  # recorded in the candidates' order
             self.scores[(q, rows)] = finished[q]
             self.table.append(finished[q])
@@ -895,8 +903,9 @@ class _Search:
         return the scores ranked."""
         t_rung = time.process_time()
 
-        def done(i: int) -> None:
-            self._report(f"auto search: {stage} ({rows} rows), {i}/{len(cands)}")
+        def done(i: int, fold: int) -> None:
+            self._report(f"auto search: {stage} ({rows} rows), fold {fold}/{self.s.folds}, "
+                         f"{i}/{len(cands)} candidates done")
 
         scored = self.score_all(cands, rows, stage, done, race)
         rungs.append({"rung": len(rungs), "stage": stage, "rows": rows,
@@ -988,7 +997,7 @@ class _Search:
 
     def _report(self, message: str) -> None:
         if self.progress is not None:
-            self.progress(min(0.99, self.predicted / max(self.budget, 1e-9)), message)
+            self.progress(min(0.99, self.reported / max(self.budget, 1e-9)), message)
 
 
 def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from solver import ODMClassifier
 from solver.auto.search import SearchSettings, _full_dual, search
@@ -630,3 +631,23 @@ def test_race_se_stops_the_clearly_behind_after_a_fold():
     weighted = go(weights=CVWeights(balanced=True))
     assert all(r["raced_for"] is None for r in weighted.rungs)
     assert not any(r["raced"] for r in weighted.table)
+
+
+def test_the_search_reports_progress_fold_by_fold():
+    """A rung runs fold by fold, so its progress moves with each fold fit (a stopped
+    candidate's unrun folds at once), never back, and ends at the predicted seconds
+    charged, before any candidate of the rung has finished its last fold."""
+    X, y = checkerboard(1800, 4)
+    seen: list[tuple[float, str]] = []
+    s = SearchSettings(budget_floor_seconds=1e6, min_rows=150, refine_rounds=0)
+    res = search(lambda v: ODMClassifier(scale=False, random_state=0, **v), X, y,
+                 linear=False, gamma_scale=1.0, fixed={}, auto=("lam", "gamma", "theta"),
+                 seed=0, settings=s, progress=lambda f, m: seen.append((f, m)))
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and 0 < fractions[-1] <= 0.99
+    assert fractions[-1] == pytest.approx(min(0.99, res.predicted_cpu_seconds / 1e6))
+    first = [(f, m) for f, m in seen if m.startswith("auto search: halving 1 ")]
+    early = [f for f, m in first if "fold 1/3, 0/" in m]
+    assert len(set(early)) > 1  # it moved while no candidate had finished
+    n = res.rungs[1]["candidates"]
+    assert first[-1][1].endswith(f"fold 3/3, {n}/{n} candidates done")
