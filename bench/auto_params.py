@@ -41,6 +41,7 @@ import platform
 import sys
 import time
 import warnings
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -115,13 +116,8 @@ def _search_work(info: dict[str, Any]) -> dict[str, Any]:
     and their Cholesky work ``sum(s^3) / 3``, the kernel matrices computed and shared
     (``share_kernels``)."""
     faces = [s for row in info["cv_table"] for fold in row["faces"] for s in fold]
-    stages: dict[str, int] = {}
-    for row in info["cv_table"]:
-        stages[row["stage"]] = stages.get(row["stage"], 0) + 1
-    raced: dict[str, int] = {}
-    for row in info["cv_table"]:
-        if row.get("raced"):
-            raced[row["stage"]] = raced.get(row["stage"], 0) + 1
+    stages = dict(Counter(row["stage"] for row in info["cv_table"]))
+    raced = dict(Counter(row["stage"] for row in info["cv_table"] if row.get("raced")))
     return {"evaluations": stages, "raced_out": raced, "faces": len(faces),
             "kernel_matrices": info.get("kernel_matrices") or {},
             "factor_work": float(sum(float(s) ** 3 for s in faces) / 3.0),

@@ -593,10 +593,13 @@ class _Search:
 
     @staticmethod
     def preference(sc: _Score) -> tuple:
-        """Sort key: scored on every fold, best accuracy, then smaller lam, smaller gamma,
-        theta nearer 0.5."""
-        p = sc.point
-        return (sc.raced, -sc.mean_accuracy, p.log_lam, p.log_gamma_mult, abs(p.theta - 0.5))
+        """Sort key: scored on every fold, best accuracy, then :meth:`tie_break`."""
+        return (sc.raced, -sc.mean_accuracy, *_Search.tie_break(sc.point))
+
+    @staticmethod
+    def tie_break(p: _Point) -> tuple:
+        """Among equal accuracies: smaller lam, smaller gamma, theta nearer 0.5."""
+        return (p.log_lam, p.log_gamma_mult, abs(p.theta - 0.5))
 
     # ------------------------------------------------------------------------ scoring
     def splits(self, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -696,8 +699,7 @@ class _Search:
         if z is None or len(alive) <= keep:
             return []
         mean = {q: float(np.mean(accs[q])) for q in alive}
-        ranked = sorted(alive, key=lambda q: (-mean[q], q.log_lam, q.log_gamma_mult,
-                                              abs(q.theta - 0.5)))
+        ranked = sorted(alive, key=lambda q: (-mean[q], *self.tie_break(q)))
         ref = mean[ranked[keep - 1]]
         out = []
         for q in ranked[keep:]:
