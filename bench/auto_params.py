@@ -17,7 +17,8 @@ with seed 0; features min-max scaled on the training split):
   ``--svc-folds`` sets another count) up to the same largest rung (the rows of auto-ODM's
   last rung, a stratified subsample of the training split), then refitted on the whole
   training split. The counted work's line says each side's folds (auto-ODM's 3, or 2 in a
-  large search with ``--settings large_folds=2``).
+  large search with ``--settings large_folds=2``; with ``score_folds=2`` how many were
+  scored).
 
 Both run in this process one after the other, so the CPU ratios compare like with like.
 Every compiled loop is loaded before anything is timed (``solver.kernel_sums.compile_loops``,
@@ -87,7 +88,8 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "final_predicted_cpu_s": info["final_fit_estimate_cpu_seconds"],
             "budget_predicted_cpu_s": info["budget_cpu_seconds"],
             "total_cpu_s": clock.seconds, "wall_s": wall, "cv_rows": info["rows"],
-            "row_bound": info["row_bound"], "folds": info["folds"], "rungs": info["rungs"],
+            "row_bound": info["row_bound"], "folds": info["folds"],
+            "scored_folds": info.get("scored_folds", info["folds"]), "rungs": info["rungs"],
             "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
             "final_levels": levels, "plateau_rows": info.get("plateau_rows"),
@@ -278,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(r)
             print(_fmt(r), flush=True)
             w = r["auto_odm"]["search_work"]
-            work.append(f"- {r['dataset']}: {r['auto_odm']['folds']} folds (the SVC "
+            a = r["auto_odm"]
+            scored = a.get("scored_folds", a["folds"])
+            work.append(f"- {r['dataset']}: {a['folds']} folds"
+                        + (f", {scored} scored" if scored != a["folds"] else "") + " (the SVC "
                         f"{r['svc']['folds']}), evaluations {w['evaluations']} (raced out "
                         f"{w.get('raced_out') or 'none'}), refinement "
                         f"{w['refine_cpu_s']:.1f} CPU s; search faces {w['faces']} "

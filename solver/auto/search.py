@@ -115,6 +115,15 @@ candidate by 2-fold CV instead of ``folds``. Two fits on half the rows cost abou
 of three on two thirds, but the choices were less accurate on ijcnn1's validation draws and
 test split (docs/auto-params.md, "Tried and not adopted: two folds for a large search").
 
+**Scoring two of three folds** (``score_folds``, off by default; a lever measured and not
+adopted: its choices were noisier on ijcnn1's and ijcnn1.t's validation draws,
+docs/auto-params.md, "Tried and not adopted: two of three folds"): with 2, a
+kernel search whose budget is at least twice its floor scores each candidate on the first 2
+of its ``folds`` folds only. The fold fits keep their ``(folds - 1) / folds`` of a rung's
+rows and the cost model still prices every fold, so the rungs and candidates are those of
+the full CV and the search costs about two thirds; its scores rest on two thirds of a
+rung's rows, and ``select_work``'s and ``select_se``'s errors count those validated rows.
+
 Equal CV accuracy goes to the smaller ``lam``, then the smaller ``gamma`` (the smoother,
 cheaper model), then ``theta`` nearer 0.5. A candidate is scored by the mean accuracy of its
 folds on the validation rows; every score is kept in the CV table of ``fit_info["auto"]``.
@@ -260,6 +269,7 @@ class SearchSettings:
     refine_under_floors: float | None = 2.0
     large_folds: int | None = None
     race_se: float | None = 2.0
+    score_folds: int | None = None
 
 
 # what ``search`` uses when given no settings (``bench.auto_params --settings`` replaces it
@@ -326,6 +336,7 @@ class AutoResult:
     plateau_rows: int | None = None
     # select_work: the most accurate candidate the choice passed over, and both works
     passed_over: dict[str, Any] | None = None
+    scored_folds: int | None = None  # of ``folds`` (``score_folds``); None: every fold
 
     def info(self) -> dict[str, Any]:
         s = self.settings
@@ -340,6 +351,7 @@ class AutoResult:
                        f"theta {list(s.theta)}{staged}; then pattern search on the last rung; "
                        f"{self.folds}-fold stratified CV accuracy, exact solver"),
             "folds": self.folds,
+            "scored_folds": self.scored_folds or self.folds,
             "rows": self.rows,
             "row_bound": self.row_bound,
             "rungs": self.rungs,
@@ -458,6 +470,16 @@ def _with_large_folds(s: SearchSettings, budget: float, linear: bool) -> SearchS
     return replace(s, folds=k)
 
 
+def _scored_folds(s: SearchSettings, budget: float, linear: bool) -> int:
+    """How many of its ``folds`` folds a candidate is scored on: ``score_folds`` for a
+    kernel search whose budget is at least twice its floor, else all of them."""
+    k = s.score_folds
+    if (k is None or linear or k >= s.folds or k < 1
+            or budget < 2.0 * s.budget_floor_seconds):
+        return s.folds
+    return k
+
+
 def _rung_sizes(n: int, s: SearchSettings, cache_rows: int | None = None) -> list[int]:
     """Rows per rung: n, n/eta, n/eta^2, ... down to the first size of at least ``min_rows``
     (all rows when n < eta * min_rows), smallest first; sizes over ``max_rows`` are left
@@ -516,6 +538,7 @@ class _Search:
         self.budget = max(settings.budget_floor_seconds,
                           settings.budget_factor * self.final_estimate)
         settings = self.s = _with_large_folds(settings, self.budget, linear)
+        self.scored_folds = _scored_folds(settings, self.budget, linear)
         self.predicted = 0.0  # predicted CPU seconds of the candidates scored so far
         self.reported = 0.0  # the share of those of the folds fitted so far (progress)
         self.order = _stratified_order(y_idx, settings.folds, np.random.default_rng(seed))
@@ -586,7 +609,8 @@ class _Search:
         if self.s.select_se <= 0:
             return best
         acc = best.mean_accuracy
-        floor = acc - self.s.select_se * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
+        floor = acc - self.s.select_se * math.sqrt(max(acc * (1.0 - acc), 0.0)
+                                                   / self.validated(rows))
         return min((sc for sc in scored if sc.mean_accuracy >= floor and not sc.raced),
                    key=lambda sc: (self.candidate_seconds(sc.point, rows),
                                    self.preference(sc)))
@@ -610,8 +634,14 @@ class _Search:
             skf = StratifiedKFold(n_splits=self.s.folds, shuffle=True,
                                   random_state=self.seed % (2**31 - 1))
             self._splits[rows] = [(idx[tr], idx[va])
-                                  for tr, va in skf.split(np.zeros(rows), self.y_idx[idx])]
+                                  for tr, va in skf.split(np.zeros(rows), self.y_idx[idx])
+                                  ][:self.scored_folds]
         return self._splits[rows]
+
+    def validated(self, rows: int) -> int:
+        """The validation predictions a score on ``rows`` rows rests on (every fold's, or
+        ``score_folds``' share)."""
+        return sum(len(va) for _, va in self.splits(rows))
 
     def score(self, p: _Point, rows: int, stage: str) -> _Score:
         """``p``'s CV score on ``rows`` rows (computed once)."""
@@ -857,7 +887,7 @@ class _Search:
                 or self.budget < 2.0 * self.s.budget_floor_seconds):
             return best
         acc = best.mean_accuracy
-        floor = acc - z * math.sqrt(max(acc * (1.0 - acc), 0.0) / rows)
+        floor = acc - z * math.sqrt(max(acc * (1.0 - acc), 0.0) / self.validated(rows))
         near = [sc for (_, m), sc in self.scores.items() if m == rows and not sc.raced
                 and sc.mean_accuracy >= floor and sc.point.log_lam >= best.point.log_lam]
         cheapest = min(near, key=lambda sc: (sc.work, self.preference(sc)))  # best is near
@@ -1079,7 +1109,7 @@ def search(make: MakeFn, Xs, y: np.ndarray, *, linear: bool, gamma_scale: float,
                           "computed": srch.memo.computed, "shared": srch.memo.hits},
                       plateau_rows=plateau_rows(rungs, srch.table, s.folds,
                                                 s.plateau_points),
-                      passed_over=passed_over)
+                      passed_over=passed_over, scored_folds=srch.scored_folds)
 
 
 def with_final_fit(search_info: dict[str, Any], final_cpu: float) -> dict[str, Any]:

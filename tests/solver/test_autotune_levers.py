@@ -532,6 +532,24 @@ def test_refine_screen_scores_each_neighbour_on_the_previous_rung_first():
     assert "refine screen" not in {r["stage"] for r in plain.table}
 
 
+def _folds_search(X, y, linear: bool = False, **kw):
+    """A small lam (and gamma) search on ``X, y`` with the fold levers' test settings."""
+    s = SearchSettings(**{"refine_rounds": 0, "log_lam": (1.0, 3.0),
+                          "log_gamma_mult": (0.0, 1.0), "race_se": None, **kw})
+
+    def make(v):
+        return ODMClassifier(kernel="linear" if linear else "rbf", scale=False,
+                             random_state=0, **v)
+
+    return search(make, X, y, linear=linear, gamma_scale=1.0,
+                  fixed={"theta": 0.2} if not linear else {"theta": 0.2, "gamma": 1.0},
+                  auto=("lam",) if linear else ("lam", "gamma"), seed=0, settings=s)
+
+
+def _folds_used(res) -> set[int]:
+    return {len(r["fold_accuracy"]) for r in res.table}
+
+
 def test_a_large_search_uses_large_folds():
     """``large_folds`` (off by default; 2 here): a kernel search whose budget is at least
     twice its floor scores each candidate on that many folds (each rung's rows still
@@ -541,34 +559,51 @@ def test_a_large_search_uses_large_folds():
     X, y = checkerboard(900, 3)
 
     def go(linear: bool = False, **kw):
-        s = SearchSettings(**{"refine_rounds": 0, "log_lam": (1.0, 3.0),
-                              "log_gamma_mult": (0.0, 1.0), "large_folds": 2,
-                              "race_se": None, **kw})
-
-        def make(v):
-            return ODMClassifier(kernel="linear" if linear else "rbf", scale=False,
-                                 random_state=0, **v)
-
-        return search(make, X, y, linear=linear, gamma_scale=1.0,
-                      fixed={"theta": 0.2} if not linear else {"theta": 0.2, "gamma": 1.0},
-                      auto=("lam",) if linear else ("lam", "gamma"), seed=0, settings=s)
-
-    def folds_used(res) -> set[int]:
-        return {len(r["fold_accuracy"]) for r in res.table}
+        return _folds_search(X, y, linear, **{"large_folds": 2, **kw})
 
     large = go(budget_floor_seconds=0.5, budget_factor=1e6)
     assert large.budget_cpu_seconds >= 2 * 0.5
-    assert large.folds == 2 and large.settings.folds == 2 and folds_used(large) == {2}
+    assert large.folds == 2 and large.settings.folds == 2 and _folds_used(large) == {2}
     assert large.info()["folds"] == 2
     small = go(budget_floor_seconds=1e6)
-    assert small.budget_cpu_seconds < 2 * 1e6 and small.folds == 3 and folds_used(small) == {3}
+    assert small.budget_cpu_seconds < 2 * 1e6 and small.folds == 3 and _folds_used(small) == {3}
     off = go(budget_floor_seconds=0.5, budget_factor=1e6, large_folds=None)
-    assert off.folds == 3 and folds_used(off) == {3}
+    assert off.folds == 3 and _folds_used(off) == {3}
     linear = go(linear=True, budget_floor_seconds=0.5, budget_factor=1e6)
-    assert linear.folds == 3 and folds_used(linear) == {3}
+    assert linear.folds == 3 and _folds_used(linear) == {3}
     # the same large search twice: the same folds, scores and choice
     again = go(budget_floor_seconds=0.5, budget_factor=1e6)
     assert cv_table(again) == cv_table(large) and again.lam == large.lam
+
+
+def test_a_large_search_scores_two_of_three_folds():
+    """``score_folds`` (off by default; 2 here): a kernel search whose budget is at least
+    twice its floor scores each candidate on the first 2 of its 3 folds, fold fits on two
+    thirds of a rung's rows as with every fold (the same first two folds' accuracies as the
+    full CV), the same rungs and candidates, and says so; under twice the floor, for the
+    linear kernel, or with None (the default), every fold."""
+    assert SearchSettings().score_folds is None
+    X, y = checkerboard(900, 3)
+
+    def go(linear: bool = False, **kw):
+        return _folds_search(X, y, linear, **{"score_folds": 2, "select_work": 0.0, **kw})
+
+    large = go(budget_floor_seconds=0.5, budget_factor=1e6)
+    full = go(budget_floor_seconds=0.5, budget_factor=1e6, score_folds=None)
+    assert large.budget_cpu_seconds >= 2 * 0.5
+    assert large.folds == 3 and large.scored_folds == 2 and _folds_used(large) == {2}
+    assert large.info()["scored_folds"] == 2 and full.info()["scored_folds"] == 3
+    assert _folds_used(full) == {3}
+    # the same rungs and candidates as the full CV, each on its first two folds
+    assert [r["rows"] for r in large.rungs] == [r["rows"] for r in full.rungs]
+    by_key = {(r["lam"], r["gamma"], r["rows"]): r for r in full.table}
+    for r in large.table:
+        twin = by_key[(r["lam"], r["gamma"], r["rows"])]
+        assert r["fold_accuracy"] == twin["fold_accuracy"][:2]
+    small = go(budget_floor_seconds=1e6)
+    assert small.budget_cpu_seconds < 2 * 1e6 and _folds_used(small) == {3}
+    linear = go(linear=True, budget_floor_seconds=0.5, budget_factor=1e6)
+    assert _folds_used(linear) == {3}
 
 
 def test_race_se_stops_the_clearly_behind_after_a_fold():
