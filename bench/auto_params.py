@@ -89,7 +89,7 @@ def _auto_odm(X, y, Xt, yt, seed: int) -> dict[str, Any]:
             "budget_predicted_cpu_s": info["budget_cpu_seconds"],
             "total_cpu_s": clock.seconds, "wall_s": wall, "cv_rows": info["rows"],
             "row_bound": info["row_bound"], "folds": info["folds"],
-            "scored_folds": info.get("scored_folds", info["folds"]), "rungs": info["rungs"],
+            "scored_folds": info["scored_folds"], "rungs": info["rungs"],
             "n_evaluations": len(info["cv_table"]),
             "within_budget": info["within_budget"], "stop_reason": info["stop_reason"],
             "final_levels": levels, "plateau_rows": info.get("plateau_rows"),
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             print(_fmt(r), flush=True)
             w = r["auto_odm"]["search_work"]
             a = r["auto_odm"]
-            scored = a.get("scored_folds", a["folds"])
+            scored = a["scored_folds"]
             work.append(f"- {r['dataset']}: {a['folds']} folds"
                         + (f", {scored} scored" if scored != a["folds"] else "") + " (the SVC "
                         f"{r['svc']['folds']}), evaluations {w['evaluations']} (raced out "
