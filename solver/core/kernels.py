@@ -32,7 +32,13 @@ KERNEL_NAMES = ("linear", "rbf", "poly")
 # The largest kernel value a fit accepts: kernel columns may be stored as float32 (at most
 # 3.4e38), and decision values and Newton steps sum many of them.
 MAX_KERNEL_VALUE = 1e30
-_BLOCK_ELEMS = 1 << 22  # ~32 MB of float64 per output block
+_BLOCK_ELEMS = 1 << 22  # ~32 MB of float64 per output block: the most at a time
+# dense inner-product blocks of few features: each value is written and read once for a few
+# multiply-adds, so a block that stays in the cache (8 MB) is cheaper; with more features the
+# GEMM itself dominates and runs better on larger blocks (docs/design-notes.md, "Inner-product
+# blocks by feature count"): ``FEATURE_BLOCK_ELEMS`` entries per feature, within both bounds
+_MIN_BLOCK_ELEMS = 1 << 20
+FEATURE_BLOCK_ELEMS = 1 << 14
 # dense RBF kernel values of rows with at most this many features are made from the points
 # (no inner products): faster up to about 14 features where measured (docs/design-notes.md)
 DIRECT_RBF_MAX_FEATURES = 12
@@ -114,6 +120,15 @@ def _dot_block(A_blk, B) -> np.ndarray:
     return A_blk @ B.T
 
 
+def block_elems_for(A, B) -> int:
+    """Entries per inner-product block for ``A @ B.T``: ``FEATURE_BLOCK_ELEMS`` per feature
+    between ``_MIN_BLOCK_ELEMS`` and ``_BLOCK_ELEMS`` for dense operands, ``_BLOCK_ELEMS``
+    when either is sparse (its product makes a fresh block anyway)."""
+    if sp.issparse(A) or sp.issparse(B):
+        return _BLOCK_ELEMS
+    return min(_BLOCK_ELEMS, max(_MIN_BLOCK_ELEMS, FEATURE_BLOCK_ELEMS * int(A.shape[1])))
+
+
 def _inner_product_blocks(A, B, step: int, sym: bool = False):
     """``(s, e, c0, G)`` with ``G = A[s:e] @ B[c0:].T`` as C-contiguous float64, for row
     blocks of ``step`` rows (``c0 = s`` when ``sym``: the upper block triangle, else 0).
@@ -158,10 +173,11 @@ def _finish_into(kernel: Kernel, G: np.ndarray, sa: np.ndarray | None,
 
 
 def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
-                  dtype=np.float64, block_elems: int = _BLOCK_ELEMS) -> np.ndarray:
+                  dtype=np.float64, block_elems: int | None = None) -> np.ndarray:
     """Dense kernel matrix ``K[i, j] = k(A_i, B_j)`` (``B`` defaults to ``A``).
 
-    Computed in row blocks of ``A`` so that temporaries stay under ``block_elems`` entries;
+    Computed in row blocks of ``A`` so that temporaries stay under ``block_elems`` entries
+    (default :func:`block_elems_for`);
     when ``B`` is omitted and ``A`` is sparse only the upper block triangle is computed and
     then mirrored.
     ``out`` (shape ``(len(A), len(B))``, C-contiguous rows) may be given to fill an existing
@@ -193,6 +209,8 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
         return out
     sa = row_sq_norms(A) if kernel.name == "rbf" else None
     sb = (sa if sym else row_sq_norms(B)) if kernel.name == "rbf" else None
+    if block_elems is None:
+        block_elems = block_elems_for(A, B)
     step = max(1, block_elems // max(nB, 1))
     if sym:
         step = max(step, 256)
@@ -207,12 +225,13 @@ def kernel_matrix(kernel: Kernel, A, B=None, *, out: np.ndarray | None = None,
 
 
 def kernel_combination(kernel: Kernel, A, B, coef, *,
-                       block_elems: int = _BLOCK_ELEMS) -> np.ndarray:
+                       block_elems: int | None = None) -> np.ndarray:
     """``K(A, B) @ coef`` for ``coef`` of shape ``(len(B),)`` or ``(len(B), k)``: decision
     values without storing the kernel.  Row blocks of ``A`` (``block_elems`` inner products
-    at a time, in one reused buffer for dense input) are turned into kernel values and summed
-    against ``coef`` in one compiled pass; the linear kernel is ``A @ (B' coef)``; dense RBF
-    rows of few features skip the inner products (as in :func:`kernel_matrix`)."""
+    at a time, default :func:`block_elems_for`, in one reused buffer for dense input) are
+    turned into kernel values and summed against ``coef`` in one compiled pass; the linear
+    kernel is ``A @ (B' coef)``; dense RBF rows of few features skip the inner products (as
+    in :func:`kernel_matrix`)."""
     kernel.validate()
     A, B = _check(A), _check(B)
     if A.shape[1] != B.shape[1]:
@@ -235,6 +254,8 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
 
             sa = row_sq_norms(A) if kernel.name == "rbf" else None
             sb = row_sq_norms(B) if kernel.name == "rbf" else None
+            if block_elems is None:
+                block_elems = block_elems_for(A, B)
             for s, e, _, G in _inner_product_blocks(A, B, max(1, block_elems // nB)):
                 if kernel.name == "rbf":
                     nk.rbf_combination(G, sa[s:e], sb, float(kernel.gamma), C, out[s:e])
@@ -246,7 +267,7 @@ def kernel_combination(kernel: Kernel, A, B, coef, *,
 
 
 def kernel_decision(X, kernel: Kernel, nu: np.ndarray, Z=None, *,
-                    block_elems: int = _BLOCK_ELEMS) -> np.ndarray:
+                    block_elems: int | None = None) -> np.ndarray:
     """``f(z_j) = sum_i nu_i k(x_i, z_j)`` for every row of ``Z`` (default ``X``), over the
     nonzero coefficients only (:func:`kernel_combination`)."""
     Z = X if Z is None else Z

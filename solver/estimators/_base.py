@@ -51,9 +51,6 @@ StopFn = Callable[[], bool]
 # Parameters an "auto" search's cross-validation fits (ODMClassifier) share with the model.
 _CV_PARAMS = ("degree", "coef0", "upsilon", "tol", "max_iter", "cache_size", "fit_intercept")
 
-# Bytes of one kernel block computed at prediction time (rows x support vectors x 8).
-_PREDICT_BLOCK_BYTES = 32 * 2**20
-
 def is_int(v: Any) -> bool:
     """An integer, not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
@@ -625,7 +622,7 @@ class ODMBase(ClassifierMixin, BaseEstimator):
         from solver.core.kernels import kernel_combination
 
         return kernel_combination(self._make_kernel(self.gamma_), Z, self._svz,
-                                  self.dual_coef_.T, block_elems=_PREDICT_BLOCK_BYTES // 8)
+                                  self.dual_coef_.T)
 
     def score(self, X, y, sample_weight=None) -> float:
         """Mean accuracy of ``predict(X)`` against y (labels compared as given)."""

@@ -43,6 +43,37 @@ def test_dense_and_sparse_blocks_match_reference(kernel, ref):
     np.testing.assert_allclose(kernel_diag(kernel, Ad), np.diag(want_aa), rtol=1e-12)
 
 
+def test_dense_blocks_grow_with_features_between_the_bounds_and_sparse_keep_the_largest():
+    from solver.core import kernels
+
+    lo, hi = kernels._MIN_BLOCK_ELEMS, kernels._BLOCK_ELEMS
+    sizes = [kernels.block_elems_for(np.zeros((2, d)), np.zeros((2, d)))
+             for d in (1, 22, 64, 65, 123, 256, 2000)]
+    assert sizes == sorted(sizes) and sizes[0] == lo and sizes[-1] == hi
+    assert sizes[2] == lo < sizes[3] < sizes[4] < hi == sizes[5]
+    # a few features: blocks of a quarter of the largest (the inner products stay in cache)
+    assert sizes[1] * 4 == hi
+    A = _sparse_data(4, 22, 0.5, 3)
+    assert kernels.block_elems_for(A, A.toarray()) == kernels.block_elems_for(A, A) == hi
+
+
+@pytest.mark.parametrize("features", [22, 123])
+def test_the_default_blocks_give_the_values_of_one_block(features):
+    # several default-sized blocks against a single block of every row, dense inner products
+    from solver.core.kernels import block_elems_for, kernel_combination
+
+    rng = np.random.default_rng(features)
+    B = rng.random((300, features))
+    rows = 3 * block_elems_for(B, B) // B.shape[0] + 7  # three full blocks and a part
+    A = rng.random((rows, features))
+    kernel = Kernel("rbf", gamma=1.0 / features)
+    whole = kernel_matrix(kernel, A, B, block_elems=rows * B.shape[0])
+    np.testing.assert_allclose(kernel_matrix(kernel, A, B), whole, rtol=1e-13, atol=0)
+    coef = rng.normal(size=B.shape[0])
+    np.testing.assert_allclose(kernel_combination(kernel, A, B, coef), whole @ coef,
+                               rtol=1e-10, atol=1e-10)
+
+
 def test_rbf_values_far_apart_underflow_to_zero_not_nan():
     A = np.array([[0.0, 0.0], [100.0, 0.0]])
     K = kernel_matrix(Kernel("rbf", gamma=50.0), A)
