@@ -51,6 +51,7 @@ StopFn = Callable[[], bool]
 # Parameters an "auto" search's cross-validation fits (ODMClassifier) share with the model.
 _CV_PARAMS = ("degree", "coef0", "upsilon", "tol", "max_iter", "cache_size", "fit_intercept")
 
+
 def is_int(v: Any) -> bool:
     """An integer, not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
