@@ -22,6 +22,8 @@ def test_one_row_per_feature_count_and_the_limit_restored(capsys) -> None:
         times = [float(c) for c in cells[1:4] + cells[5:8]]
         assert len(times) == 6 and all(t > 0 for t in times)
         for ratio, (rule, fixed) in ((cells[4], times[1:3]), (cells[8], times[4:6])):
+            # the ratio of the unrounded times, against the printed ones (to 2 decimals)
+            slack = rule / fixed * (0.005 / rule + 0.005 / fixed) + 0.005
             assert ratio.endswith("x") and float(ratio[:-1]) == pytest.approx(rule / fixed,
-                                                                           abs=0.02)
+                                                                           abs=slack)
     assert kernels.DIRECT_RBF_MAX_FEATURES == 12
