@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.blas import blas_kernels, describe
 from bench.data import DATASETS, load_split
 
 SVC_LOG_C = (-2, -1, 0, 1, 2, 3, 4, 5)
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# started {started}; {platform.node()} nproc={os.cpu_count()} "
           f"load={os.getloadavg()[0]:.1f}; accuracy on "
           f"{'validation rows from the training split' if args.design else 'the test split'}")
+    blas = blas_kernels()
+    print(f"# {describe(blas)}")
     print(f"# search settings: {settings}")
     print(HEADER, flush=True)
     from solver import kernel_sums
@@ -310,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         record = {"command": "python -m bench.auto_params " + " ".join(argv or sys.argv[1:]),
                   "started": started, "finished":
                   time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                  "machine": {"node": platform.node(), "nproc": os.cpu_count()},
+                  "machine": {"node": platform.node(), "nproc": os.cpu_count(),
+                              "blas": blas},
                   "search_settings": dataclasses.asdict(settings),
                   "results": rows}
         with open(args.out, "w") as fh:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.blas import describe
 from bench.methods import FAMILY_REFERENCE, GRIDS, METHODS
 
 NOTES = Path(__file__).with_name("notes.md")
@@ -571,7 +572,8 @@ def render(results: dict, img: Path, rel: str, notes: Path = NOTES) -> str:
     out += ["## Machine, command and load", "",
             f"- Machine: {mach.get('label', 'this machine')}: `nproc` = {mach['nproc']}, CPU "
             f"`{mach['cpu_model']}`, {mach['ram_gb']} GB RAM; Python {mach['python']}, numpy "
-            f"{mach['numpy']}, scikit-learn {mach['scikit_learn']}, numba {mach['numba']}.",
+            f"{mach['numpy']}, scikit-learn {mach['scikit_learn']}, numba {mach['numba']}"
+            + (f"; {describe(mach['blas'])}" if mach.get("blas") else "") + ".",
             f"- Code: measured at `{(mach.get('commit') or '?')[:12]}`"
             + (" with uncommitted changes" if mach.get("dirty") else "") + ".",
             f"- Command: `{results['command']}` — started {results.get('started', '?')}, "
