@@ -46,3 +46,19 @@ def test_describe_names_each_library_and_the_environment() -> None:
                               "no OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set")
     info["env"]["OPENBLAS_CORETYPE"] = "Haswell"
     assert describe(info).endswith("; OPENBLAS_CORETYPE=Haswell")
+
+
+def test_a_bench_run_record_with_its_blas_names_the_kernels_in_the_machine_line(
+        tmp_path: Path) -> None:
+    from bench.report import render
+
+    path = REPO / "bench" / "records" / "issue34-item3-rbf-4715ded-amd512-native.json"
+    results = json.loads(path.read_text())
+    machine_line = next(ln for ln in render(results, tmp_path, "img").splitlines()
+                        if ln.startswith("- Machine:"))
+    assert machine_line.endswith("; " + describe(results["machine"]["blas"]) + ".")
+    assert "SkylakeX kernels" in machine_line
+    del results["machine"]["blas"]  # records from before bench.blas render as they did
+    machine_line = next(ln for ln in render(results, tmp_path, "img").splitlines()
+                        if ln.startswith("- Machine:"))
+    assert "BLAS" not in machine_line and machine_line.endswith(results["machine"]["numba"] + ".")
