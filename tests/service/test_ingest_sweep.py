@@ -6,6 +6,7 @@ owner it cannot check whose files are fresh, a stored or parsing dataset)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from sqlalchemy import update
 from app.core.db import session_scope
 from app.core.orm import Dataset, DatasetState, Tenant, utcnow
 from app.services.data import dataset_catalog as datasets
-from app.services.data import ingest_sweep, process_owner, upload_dirs
+from app.services.data import ingest_process, ingest_sweep, process_owner, upload_dirs
 from app.services.data.upload_dirs import UploadDir
 
 
@@ -165,6 +166,29 @@ def test_sweep_rows_fails_the_dead_owners_parses_and_removes_their_files(
     assert not dirs[0].exists() and not half.exists() and dirs[1].is_dir()
     _forget(stuck, live)
     datasets.remove_files(live)
+
+
+def test_the_watcher_of_a_killed_parse_names_the_limit_over_a_sweep_that_came_first(
+        tenant) -> None:
+    """A child killed by its CPU limit is dead at once, so a sweep may fail its row
+    ``ingest-interrupted`` before the child's watcher records why it died: the watcher's
+    problem (the limit, a 413) then replaces the sweep's 503, and only that one; without
+    ``over_interrupted`` a failed row keeps its problem."""
+    t = tenant[0]
+    limit = ingest_process.limit_problem(-signal.SIGXCPU).body()
+    swept, other = _row(t, DatasetState.PARSING, owner=_dead_token()), _row(
+        t, DatasetState.PARSING)
+    assert swept in ingest_sweep.sweep_rows()
+    assert datasets.mark_failed(swept, limit) is False  # not parsing any more
+    assert datasets.mark_failed(swept, limit, over_interrupted=True) is True
+    assert datasets.mark_failed(other, {"type": "about:blank", "status": 422}) is True
+    assert datasets.mark_failed(other, limit, over_interrupted=True) is False
+    with session_scope() as s:
+        row = s.get(Dataset, swept)
+        assert row.state == DatasetState.FAILED and row.problem == limit
+        assert row.problem["status"] == 413 and row.problem["type"].endswith("/ingest-cpu-limit")
+        assert s.get(Dataset, other).problem == {"type": "about:blank", "status": 422}
+    _forget(swept, other)
 
 
 def test_a_parse_child_of_a_deleted_upload_stops_quietly(upload) -> None:

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 # a row whose owner cannot be checked from here is abandoned once its heartbeat (every
 # 10 s, app.services.data.ingest_process / ingest_queue) is this old
 STALE_SECONDS = 40.0
+# the problem type of a parse whose owner died (abandoned_problem)
+INTERRUPTED = "ingest-interrupted"
 
 
 class Claim(Enum):
@@ -219,21 +221,41 @@ def backfill_content_hashes() -> tuple[int, list[str]]:
     return done, missing
 
 
-def mark_failed(dataset_id: str, problem: dict[str, Any]) -> bool:
+def mark_failed(dataset_id: str, problem: dict[str, Any], *,
+                over_interrupted: bool = False) -> bool:
     """Move a parsing row to failed with its problem body (it holds no bytes any more);
-    False when it was not parsing."""
+    False when it was not parsing.
+
+    ``over_interrupted``: the caller knows why the parse ended (the watcher of a child that
+    a limit killed), so a row a sweep failed ``ingest-interrupted`` in between (it saw the
+    dead child first) takes this problem instead: the client is told the limit, not a
+    restart."""
     with session_scope() as s:
-        return bool(s.execute(
-            update(Dataset).where(Dataset.id == dataset_id,
-                                  Dataset.state == DatasetState.PARSING)
-            .values(state=DatasetState.FAILED, problem=problem, stored_bytes=0)).rowcount)
+        if s.execute(
+                update(Dataset).where(Dataset.id == dataset_id,
+                                      Dataset.state == DatasetState.PARSING)
+                .values(state=DatasetState.FAILED, problem=problem, stored_bytes=0)).rowcount:
+            return True
+        if not over_interrupted:
+            return False
+        ds = s.get(Dataset, dataset_id, with_for_update=True)
+        if ds is None or ds.state != DatasetState.FAILED or ds.deleted_at is not None \
+                or not is_interrupted(ds.problem):
+            return False
+        ds.problem = problem
+        return True
 
 
 def abandoned_problem() -> dict[str, Any]:
     return ProblemError(503, "Parse interrupted",
                         detail="the process parsing this upload stopped before it finished "
                                "(a restart or crash of the service); upload it again",
-                        type="ingest-interrupted").body()
+                        type=INTERRUPTED).body()
+
+
+def is_interrupted(problem: dict[str, Any] | None) -> bool:
+    """Whether a failed row's problem is :func:`abandoned_problem`'s."""
+    return str((problem or {}).get("type", "")).rsplit("/", 1)[-1] == INTERRUPTED
 
 
 def _aware(ts: datetime | None) -> datetime | None:

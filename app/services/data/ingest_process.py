@@ -173,7 +173,8 @@ def _watch(proc: multiprocessing.process.BaseProcess, req: IngestRequest,
             exitcode = proc.exitcode
         if exitcode != 0:
             problem = limit_problem(exitcode, ParseLimits.from_dict(upload.read_limits()))
-            recorded = datasets.mark_failed(req.dataset_id, problem.body())
+            recorded = datasets.mark_failed(req.dataset_id, problem.body(),
+                                            over_interrupted=True)
             if recorded:
                 storage.remove_dataset_files(req.dataset_id)  # renamed into place, not ready
             log.warning("ingest of dataset %s ended with exit code %s (%s)", req.dataset_id,
