@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["blas_kernels", "describe"]
+__all__ = ["ENV_VARS", "blas_kernels", "describe"]
 
 ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -35,4 +35,4 @@ def describe(info: dict[str, Any]) -> str:
     libs = ", ".join(f"{lib['prefix']} {lib['api']} {lib['version']}: "
                      f"{lib['architecture']} kernels" for lib in info["libraries"]) or "none"
     env = ", ".join(f"{k}={v}" for k, v in info["env"].items() if v is not None)
-    return f"BLAS {libs}; " + (env if env else "no OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set")
+    return f"BLAS {libs}; " + (env or f"no {' / '.join(ENV_VARS)} set")

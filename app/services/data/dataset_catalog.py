@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, object_session
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.core.orm import ACTIVE_STATES, Dataset, DatasetState, Job, Tenant, new_id, utcnow
-from app.core.problems import ProblemError
+from app.core.problems import ProblemError, problem_type
 from app.services.cursors import as_utc, page, split_page
 from app.services.data import ingest, process_owner
 from app.services.data.upload_dirs import UploadDir
@@ -255,7 +255,7 @@ def abandoned_problem() -> dict[str, Any]:
 
 def is_interrupted(problem: dict[str, Any] | None) -> bool:
     """Whether a failed row's problem is :func:`abandoned_problem`'s."""
-    return str((problem or {}).get("type", "")).rsplit("/", 1)[-1] == INTERRUPTED
+    return (problem or {}).get("type") == problem_type(INTERRUPTED)
 
 
 def _aware(ts: datetime | None) -> datetime | None:
