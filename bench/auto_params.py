@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 
 from bench.blas import blas_kernels, describe
+from bench.cpu import cpu_record
+from bench.cpu import describe as describe_cpu
 from bench.data import DATASETS, load_split
 
 SVC_LOG_C = (-2, -1, 0, 1, 2, 3, 4, 5)
@@ -268,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# started {started}; {platform.node()} nproc={os.cpu_count()} "
           f"load={os.getloadavg()[0]:.1f}; accuracy on "
           f"{'validation rows from the training split' if args.design else 'the test split'}")
-    blas = blas_kernels()
+    blas, cpu = blas_kernels(), cpu_record()
+    print(f"# CPU {describe_cpu(cpu)}")
     print(f"# {describe(blas)}")
     print(f"# search settings: {settings}")
     print(HEADER, flush=True)
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                   "started": started, "finished":
                   time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                   "machine": {"node": platform.node(), "nproc": os.cpu_count(),
-                              "blas": blas},
+                              "cpu": cpu, "blas": blas},
                   "search_settings": dataclasses.asdict(settings),
                   "results": rows}
         with open(args.out, "w") as fh:

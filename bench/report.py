@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.blas import describe
+from bench.cpu import describe as describe_cpu
 from bench.methods import FAMILY_REFERENCE, GRIDS, METHODS
 
 NOTES = Path(__file__).with_name("notes.md")
@@ -571,7 +572,8 @@ def render(results: dict, img: Path, rel: str, notes: Path = NOTES) -> str:
            + f"` (do not edit by hand; the analysis comes from `bench/{notes.name}`).", ""]
     out += ["## Machine, command and load", "",
             f"- Machine: {mach.get('label', 'this machine')}: `nproc` = {mach['nproc']}, CPU "
-            f"`{mach['cpu_model']}`, {mach['ram_gb']} GB RAM; Python {mach['python']}, numpy "
+            + (describe_cpu(mach["cpu"]) if mach.get("cpu") else f"`{mach['cpu_model']}`")
+            + f", {mach['ram_gb']} GB RAM; Python {mach['python']}, numpy "
             f"{mach['numpy']}, scikit-learn {mach['scikit_learn']}, numba {mach['numba']}"
             + (f"; {describe(mach['blas'])}" if mach.get("blas") else "") + ".",
             f"- Code: measured at `{(mach.get('commit') or '?')[:12]}`"

@@ -63,6 +63,7 @@ import numpy as np
 
 from bench.blas import blas_kernels
 from bench.child import run_task
+from bench.cpu import cpu_record
 from bench.data import load_split
 from bench.lanes import in_lanes
 from bench.methods import (
@@ -118,7 +119,8 @@ def machine() -> dict:
             "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
             "python": platform.python_version(), "numpy": np.__version__,
             "scikit_learn": sklearn.__version__, "numba": numba.__version__,
-            "blas": blas_kernels(), "load_avg_start": list(os.getloadavg())}
+            "cpu": cpu_record(), "blas": blas_kernels(),
+            "load_avg_start": list(os.getloadavg())}
 
 
 def _save_split(split, path: Path) -> None:
