@@ -2,7 +2,7 @@
 the kernels (``/proc/cpuinfo`` on Linux).
 
 A VM's brand string is often generic ("Intel(R) Xeon(R) Processor", "AMD EPYC"), while two
-hosts behind it differ twice in float32 GEMM (Zen 4's AVX-512 against Zen 5's,
+hosts behind it can differ twofold in float32 GEMM (Zen 4's AVX-512 against Zen 5's,
 docs/auto-params.md, "OpenBLAS's kernels"); family and model tell them apart in a record.
 """
 
