@@ -2,8 +2,9 @@
 the kernels (``/proc/cpuinfo`` on Linux).
 
 A VM's brand string is often generic ("Intel(R) Xeon(R) Processor", "AMD EPYC"), while two
-hosts behind it can differ twofold in float32 GEMM (Zen 4's AVX-512 against Zen 5's,
-docs/auto-params.md, "OpenBLAS's kernels"); family and model tell them apart in a record.
+hosts behind it can differ twofold in float32 GEMM (two "AMD EPYC" VMs with AVX-512 and the
+same kernels: 53 and 112 G multiply-adds/s, docs/auto-params.md, "OpenBLAS's kernels");
+family and model tell them apart in a record.
 """
 
 from __future__ import annotations
