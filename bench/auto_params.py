@@ -24,6 +24,9 @@ Both run in this process one after the other, so the CPU ratios compare like wit
 Every compiled loop is loaded before anything is timed (``solver.kernel_sums.compile_loops``,
 as the service's workers do at start), so no dataset's CPU seconds include numba compiling
 them, whatever state its on-disk cache is in.
+At the end of a run on the test split it prints issue 34's item 1 for the run
+(``bench.cost_target``: each dataset's CPU ratio against its target; ``python -m
+bench.cost_target`` sets several records side by side).
 ``--design`` never reads a test file: it splits the training split 80/20 again (stratified,
 seed 1) and reports accuracy on that validation part; it is what the search was designed
 with. The target of issue 16: auto-ODM's test accuracy within 0.3 points of the SVC's.
@@ -48,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from bench.blas import blas_kernels, describe
+from bench.cost_target import cost_rows, dataset_table
 from bench.cpu import cpu_record
 from bench.cpu import describe as describe_cpu
 from bench.data import DATASETS, load_split
@@ -308,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.seeds) > 1:
         print("\n" + _seed_summary(rows, args.datasets))
     print("\ncounted work (the same on any machine):\n" + "\n".join(work))
+    if len(args.seeds) == 1 and not args.design:
+        print("\nissue 34, item 1 (CPU of auto-ODM's search + final fit against the SVC's CV "
+              "+ refit, this run):\n" + dataset_table(cost_rows({"results": rows})))
     met = sum(r["target_met"] for r in rows)
     print(f"\nwithin {TARGET_POINTS} points of the CV-tuned SVC: {met}/{len(rows)}; "
           f"auto search within its budget: "
