@@ -88,7 +88,8 @@ def dataset_table(rows: list[CostRow]) -> str:
                    f"{_verdict(r)} |")
     covered = [r for r in rows if r.met is not None]
     out.append(f"\nitem 1 met on {sum(bool(r.met) for r in covered)} of the {len(covered)} "
-               f"datasets with at least {MIN_ROWS:,} training rows")
+               f"datasets with at least {MIN_ROWS:,} training rows" if covered else
+               f"\nitem 1 covers none of these datasets (under {MIN_ROWS:,} training rows)")
     return "\n".join(out)
 
 

@@ -49,6 +49,8 @@ def test_dataset_table_counts_the_covered_datasets():
     assert "| large | 150,000 | 0.5x | 6.0 | 10.0 | 0.60x | +0.00 | **missed** |" in text
     assert "| small | 3,000 | - |" in text
     assert text.endswith("item 1 met on 2 of the 4 datasets with at least 5,000 training rows")
+    small = dataset_table(cost_rows({"results": RECORD["results"][:1]}))
+    assert small.endswith("item 1 covers none of these datasets (under 5,000 training rows)")
 
 
 def test_hosts_table_sets_records_side_by_side():
