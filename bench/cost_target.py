@@ -41,7 +41,8 @@ class CostRow:
 
     @property
     def ratio(self) -> float:
-        return self.auto_cpu_s / self.svc_cpu_s
+        """auto-ODM's CPU over the SVC's (infinite where the SVC's clock read nothing)."""
+        return self.auto_cpu_s / self.svc_cpu_s if self.svc_cpu_s > 0 else float("inf")
 
     @property
     def target(self) -> float | None:
@@ -73,7 +74,7 @@ def cost_rows(record: dict[str, Any]) -> list[CostRow]:
 
 def _verdict(row: CostRow) -> str:
     if row.met is None:
-        return "- (under 5,000 rows)"
+        return f"- (under {MIN_ROWS:,} rows)"
     return "met" if row.met else "**missed**"
 
 

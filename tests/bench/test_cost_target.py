@@ -41,6 +41,8 @@ def test_targets_and_verdicts_follow_the_issue():
     assert rows["mid_gap"].met is False  # the gap fails it, not the ratio
     assert rows["large"].target == 0.5 and rows["large"].met is False
     assert rows["large_ok"].met is True
+    free_svc = cost_rows({"results": [_result("mid", 8_000, 1.0, 0.0, 0.0, 0.0)]})[0]
+    assert free_svc.ratio == float("inf") and free_svc.met is False  # no division by zero
 
 
 def test_dataset_table_counts_the_covered_datasets():
