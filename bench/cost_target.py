@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import brief
+
 MIN_ROWS = 5_000  # datasets the target covers: at least this many training rows
 LARGE_ROWS = 100_000  # ... and from this many the tighter ratio
 RATIO = 1.0
@@ -101,16 +103,6 @@ def _cell(row: CostRow | None) -> str:
     return text if row.met else f"**{text}**"
 
 
-def _cpu(info: dict[str, Any] | None) -> str:
-    """A record's CPU in a few words (``bench.cpu``'s record), e.g. ``AMD 25/17, AVX-512``."""
-    if not info:
-        return "-"
-    vendor = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(info.get("vendor"),
-                                                                 info.get("vendor") or "?")
-    exts = [e for e in info.get("extensions") or [] if e != "AVX2"] or info.get("extensions")
-    return f"{vendor} {info.get('family')}/{info.get('model')}, " + " / ".join(exts or ["-"])
-
-
 def hosts_table(records: list[tuple[str, dict[str, Any]]]) -> str:
     """Several records, one line each: the ratio on every dataset the target covers."""
     per = [(label, rec, {r.dataset: r for r in cost_rows(rec)}) for label, rec in records]
@@ -120,23 +112,26 @@ def hosts_table(records: list[tuple[str, dict[str, Any]]]) -> str:
     out = ["| run | CPU | " + " | ".join(names) + " | item 1 |", "|" + "---|" * (len(names) + 3)]
     for label, rec, rows in per:
         covered = [rows[n] for n in names if n in rows]
-        out.append(f"| {label} | {_cpu(rec.get('machine', {}).get('cpu'))} | "
+        out.append(f"| {label} | {brief(rec.get('machine', {}).get('cpu'))} | "
                    + " | ".join(_cell(rows.get(n)) for n in names)
                    + f" | {sum(bool(r.met) for r in covered)}/{len(covered)} |")
     return "\n".join(out)
+
+
+def read_records(items: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``LABEL=RECORD.json`` arguments (the label defaults to the path) as (label, record)."""
+    records = []
+    for item in items:
+        label, sep, path = item.rpartition("=")
+        records.append((label if sep else path, json.loads(Path(path).read_text())))
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+", metavar="LABEL=RECORD.json",
                     help="a label for the table and a bench.auto_params --out record")
-    args = ap.parse_args(argv)
-    records = []
-    for item in args.records:
-        label, sep, path = item.rpartition("=")
-        if not sep:
-            label = path
-        records.append((label, json.loads(Path(path).read_text())))
+    records = read_records(ap.parse_args(argv).records)
     if len(records) == 1:
         print(dataset_table(cost_rows(records[0][1])))
     else:

@@ -13,7 +13,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXTENSIONS", "cpu_record", "describe", "parse_cpuinfo"]
+__all__ = ["EXTENSIONS", "brief", "cpu_record", "describe", "parse_cpuinfo"]
 
 # the flags recorded, in the order named: (flag in /proc/cpuinfo, name printed)
 EXTENSIONS = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512 BF16"),
@@ -67,3 +67,14 @@ def describe(info: dict[str, Any]) -> str:
     exts = info.get("extensions") or []
     return f"{head} with " + (" / ".join(exts) if exts else "none of " + "/".join(
         name for _, name in EXTENSIONS))
+
+
+def brief(info: dict[str, Any] | None) -> str:
+    """:func:`describe` in a few words for a table cell, e.g. ``AMD 25/17, AVX-512`` (AVX2 left
+    out where more follows); ``-`` for a record without one."""
+    if not info:
+        return "-"
+    vendor = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(info.get("vendor"),
+                                                                 info.get("vendor") or "?")
+    exts = [e for e in info.get("extensions") or [] if e != "AVX2"] or info.get("extensions")
+    return f"{vendor} {info.get('family')}/{info.get('model')}, " + " / ".join(exts or ["-"])

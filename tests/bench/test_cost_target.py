@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cost_target import cost_rows, dataset_table, hosts_table, main
+from bench.cost_target import cost_rows, dataset_table, hosts_table, main, read_records
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,8 +79,6 @@ def test_auto_params_doc_table_is_the_commands_render(monkeypatch):
     m = re.search(r"<!-- (python -m bench\.cost_target .+?) -->\n\n(\|.+?)\n\n", doc, re.S)
     assert m, "docs/auto-params.md has no table rendered by bench.cost_target"
     monkeypatch.chdir(REPO)
-    args = shlex.split(m.group(1))[3:]
-    records = [(label, json.loads(Path(path).read_text()))
-               for label, _, path in (a.rpartition("=") for a in args)]
+    records = read_records(shlex.split(m.group(1))[3:])
     assert len(records) >= 2
     assert m.group(2) == hosts_table(records)
