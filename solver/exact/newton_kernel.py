@@ -144,10 +144,10 @@ REFINE_MIN_GAIN = 0.5
 # a face that differs from the factored one by at most this share of its rows (removed,
 # added or switched side) is solved from that factor ...
 UPDATE_SHARE = 0.25
-# ... when that costs less than factoring the new face: k triangular right-hand sides (the
-# removed and added rows whose columns are not kept yet) on a base of n rows cost about
-# UPDATE_RHS_COST * k n^2 multiply-adds against s^3 / 3 for a face of s rows (a base of
-# 6,010 rows less 1,177: 8.5e10 against 3.8e10)
+# ... when that costs less than factoring the new face: k right-hand sides (the removed
+# and added rows whose columns are not kept yet) on a base of n rows cost two triangular
+# solves, k n^2 multiply-adds or UPDATE_RHS_COST * k n^2 flops, against s^3 / 3 flops for
+# the factor of a face of s rows (a base of 6,010 rows less 1,177: 8.5e10 against 3.8e10)
 UPDATE_RHS_COST = 2.0
 # right-hand sides up to this many are solved by two BLAS-2 triangular solves each: LAPACK's
 # potrs first packs the whole factor for its BLAS-3 solve, a fixed cost of about five
@@ -168,7 +168,8 @@ class NewtonWork:
 
     @property
     def factor_work(self) -> float:
-        """``sum(s**3) / 3`` over the faces factored: the Cholesky work, in multiply-adds."""
+        """``sum(s**3) / 3`` over the faces factored: the Cholesky work, in flops (half
+        as many multiply-adds)."""
         return float(sum(float(s) ** 3 for s in self.factored) / 3.0)
 
     def record(self) -> dict[str, Any]:
