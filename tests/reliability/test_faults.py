@@ -20,9 +20,9 @@ import redis
 from tests.reliability.conftest import one, via
 from tests.service.jobs_helpers import LONG_ODM, SECONDS_ODM, submit, wait_job, wait_no_delivery
 
-# 60x SECONDS_ODM's epochs (tens of seconds on an idle 2-core machine): long
-# enough to outlast a 3 s visibility timeout by a wide margin, short enough to run once
-MEDIUM_ODM = {**LONG_ODM, "max_iter": 6000}
+# 3x SECONDS_ODM's epochs (a job of about 17 s on an idle 2-core machine): four times the
+# 3 s visibility timeout and its 1 s restore scan, short enough to run once
+MEDIUM_ODM = {**LONG_ODM, "max_iter": 300}
 
 
 def _training(client: httpx.Client, job_id: str, attempt: int = 1) -> dict:
