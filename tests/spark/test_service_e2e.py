@@ -182,34 +182,33 @@ def test_classic_master_worker_trains_and_leaves_no_jvm(sclient, start_worker, t
     assert not alive, f"JVMs left after the worker stopped: {alive}"
 
 
-def test_standalone_cluster_trains_like_local(sclient, start_worker, spark_standalone, three,
-                                              heart, datasets_dir):
+def test_standalone_cluster_trains_like_local(sclient, start_worker, spark_standalone, heart,
+                                              datasets_dir):
     """``SODM_SPARK_MASTER=spark://...`` (a standalone master and two 1-core workers, the
-    compose profile's layout): a binary request and a three-class grid search each give the
-    local backend's model, the executors running in the cluster's JVMs. Before the Connect
-    worker exists, so this worker is the only consumer of the queue."""
+    compose profile's layout): a grid search gives the local backend's model and the local
+    folds' scores, the executors running in the cluster's JVMs. One binary request: the
+    classic session's one-vs-rest is the classic master test's, the cluster only changes
+    where the executors run. Before the Connect worker exists, so this worker is the only
+    consumer of the queue."""
     w = start_worker(SODM_SPARK_MASTER=spark_standalone, SPARK_LOCAL_IP="127.0.0.1",
                      **ONE_BLAS_THREAD)
     try:
-        params = {**SPARK_PARAMS, "levels": 1}
-        grid = {"grid": {"theta": [0.2, 0.5]}, "folds": 2}
-        for ds, name in ((heart, "heart_scale"), (three, None)):
-            body = {"dataset_id": ds["id"], "params": params, "seed": SEED,
-                    "test_fraction": 0.25, **({} if name else {"search": grid})}
-            done, local = _both_backends(sclient, body)
-            assert all(h["backend"] == "spark" for h in done["history"])
-            # a standalone master names its applications app-<time>-<n> (local mode: local-)
-            spark = done["progress"]["spark"]
-            assert spark["mode"] == "classic", spark
-            assert spark["application_id"].startswith("app-"), spark
-            X = (load_libsvm(datasets_dir, name, ds["n_features"])[0] if name
-                 else three_classes(datasets_dir)[0])
-            model = assert_same_model(sclient, done, local, X)
-            assert len(model["classes"]) == (2 if name else len(CLASSES))
-            if name is None:  # the folds scored what the local backend's folds scored
-                ml = sclient.get(f"/models/{local['model_id']}").json()
-                assert model["metrics"]["search"]["results"] == \
-                    ml["metrics"]["search"]["results"]
+        body = {"dataset_id": heart["id"], "params": {**SPARK_PARAMS, "levels": 1},
+                "seed": SEED, "test_fraction": 0.25,
+                "search": {"grid": {"theta": [0.2, 0.5]}, "folds": 2}}
+        done, local = _both_backends(sclient, body)
+        assert all(h["backend"] == "spark" for h in done["history"])
+        # a standalone master names its applications app-<time>-<n> (local mode: local-)
+        spark = done["progress"]["spark"]
+        assert spark["mode"] == "classic", spark
+        assert spark["application_id"].startswith("app-"), spark
+        X, _ = load_libsvm(datasets_dir, "heart_scale", heart["n_features"])
+        model = assert_same_model(sclient, done, local, X)
+        assert len(model["classes"]) == 2
+        # the folds scored what the local backend's folds scored
+        ml = sclient.get(f"/models/{local['model_id']}").json()
+        assert len(model["metrics"]["search"]["results"]) == 2
+        assert model["metrics"]["search"]["results"] == ml["metrics"]["search"]["results"]
     finally:
         w.stop()
 
