@@ -145,8 +145,10 @@ def test_the_solver_installs_and_tests_alone_on_python_312(clone: Path,
             if ln.strip() and not ln.lstrip().startswith("#")]
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("\n".join(pins) + "\n")
+    # --no-compile: the packages' bytecode is written as the tests import them, as make run
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                          "--disable-pip-version-check", "-c", str(constraints), str(clone),
+                          "--disable-pip-version-check", "--no-compile", "-c",
+                          str(constraints), str(clone),
                           "pytest", "pytest-timeout"], env=env, capture_output=True, text=True,
                          timeout=900)
     assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
