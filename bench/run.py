@@ -222,6 +222,11 @@ def prepare_dataset(name: str, args, work: Path, results: dict) -> None:
           f"d {split.X_train.shape[1]}", flush=True)
 
 
+def _skipped(reason: str) -> dict:
+    """A method config that was not run, and why (the report shows the reason)."""
+    return {"runs": [], "summary": {"status": "skipped", "reason": reason}}
+
+
 def one_core_phase(name: str, methods: list[str], args, work: Path, results: dict, save,
                    cpu: int) -> None:
     """CV of every family, then every method on one core, all pinned to CPU ``cpu``."""
@@ -240,9 +245,9 @@ def one_core_phase(name: str, methods: list[str], args, work: Path, results: dic
         row: dict = {"params": ds["tuning"][method.family]["best"], "configs": {}}
         rows[m] = row
         if method.max_train is not None and ds["n_train"] > method.max_train:
-            row["configs"]["1"] = {"runs": [], "summary": {
-                "status": "skipped", "reason": f"n_train {ds['n_train']:,} > "
-                f"{method.max_train:,}: the float64 kernel exceeds 2 GB"}}
+            row["configs"]["1"] = _skipped(f"n_train {ds['n_train']:,} > "
+                                           f"{method.max_train:,}: the float64 kernel "
+                                           "exceeds 2 GB")
             continue
         row["configs"]["1"] = _fit_config(m, row["params"], 1, work / f"{name}.npz", repeats,
                                           args, cpu)
@@ -257,12 +262,10 @@ def two_core_phase(name: str, args, work: Path, results: dict, save) -> None:
         if not METHODS[m].parallel:
             continue
         if args.quick and METHODS[m].spark:
-            row["configs"]["2"] = {"runs": [], "summary": {
-                "status": "skipped", "reason": "--quick: Spark rows on one core only"}}
+            row["configs"]["2"] = _skipped("--quick: Spark rows on one core only")
             continue
         if row["configs"].get("1", {}).get("summary", {}).get("status") != "ok":
-            row["configs"]["2"] = {"runs": [], "summary": {
-                "status": "skipped", "reason": "the one-core fit did not finish"}}
+            row["configs"]["2"] = _skipped("the one-core fit did not finish")
             continue
         row["configs"]["2"] = _fit_config(m, row["params"], 2, work / f"{name}.npz",
                                           ds["repeats"], args)
